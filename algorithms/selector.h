@@ -1,0 +1,50 @@
+// Selectors (SPEC §7): given the scores of one sequence's units (value heads, or head groups under `pair`
+// granularity), choose which events (unit, chunk) write into the carried state.
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "core/params.h"
+#include "core/registry.h"
+
+namespace sgdn {
+
+// The scores of one sequence: units x chunks, row-major.
+struct UnitScores {
+  int64_t units = 0;
+  int64_t chunks = 0;
+  const double* values = nullptr;
+  double at(int64_t unit, int64_t chunk) const { return values[unit * chunks + chunk]; }
+};
+
+class Selector {
+ public:
+  virtual ~Selector() = default;
+  const std::string& name() const { return name_; }
+  const Params& params() const { return params_; }
+
+  // Writes mask[unit * chunks + chunk] = 1 for kept events (the caller zero-fills it). `sequence` is the
+  // batch index, so that random selectors draw differently per sequence yet reproducibly.
+  virtual void select(const UnitScores& scores, int64_t sequence, uint8_t* mask) const = 0;
+  // False for selectors that ignore scores (dense, random, stride): the engine may skip computing them.
+  virtual bool uses_scores() const { return true; }
+
+  void init(std::string name, Params params) {
+    name_ = std::move(name);
+    params_ = std::move(params);
+  }
+
+ private:
+  std::string name_;
+  Params params_;
+};
+
+Registry<Selector>& selector_registry();
+
+// round(rho * n), as every budget in SPEC §7 is stated.
+int64_t budget_of(double rho, int64_t n);
+// The chunk indices of one unit ordered by score, highest first; ties toward the earlier chunk.
+std::vector<int64_t> chunks_by_score(const UnitScores& scores, int64_t unit);
+
+}  // namespace sgdn
