@@ -19,7 +19,7 @@ TokenRecurrenceResult token_recurrence(const Inputs<double>& in) {
   for (int64_t b = 0; b < B; ++b) {
     for (int64_t h = 0; h < HV; ++h) {
       const int64_t hq = s.qk_head_of(h);
-      std::vector<double> state(size_t(K * V), 0.0), read(size_t(V));
+      std::vector<double> state(static_cast<size_t>(K * V), 0.0), read(static_cast<size_t>(V));
       if (in.has_initial_state()) {
         const double* s0 = in.initial_state.data() + (b * HV + h) * K * V;
         state.assign(s0, s0 + K * V);

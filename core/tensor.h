@@ -33,6 +33,7 @@ class Tensor {
   template <class U>
   Tensor<U> cast() const {
     Tensor<U> out;
+    if (data_.empty()) return out;  // an absent tensor (no initial state) stays absent
     out.reshape_uninitialized(dims_);
     for (size_t i = 0; i < data_.size(); ++i) out.values()[i] = static_cast<U>(data_[i]);
     return out;
