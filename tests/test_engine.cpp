@@ -75,7 +75,7 @@ TEST_CASE("every event kept is exact for every group size G", "[engine]") {
 TEST_CASE("sparse recurrence and group outputs match the token-level oracle", "[engine]") {
   for (const Case& c : shapes()) {
     for (int64_t group : {1, 2, 4}) {
-      for (const char* selector : {"topk", "random", "head_budget"}) {
+      for (const std::string& selector : selector_registry().names()) {
         DYNAMIC_SECTION(c.shape.str() << " G=" << group << " " << selector) {
           const Inputs<double> in = random_inputs(c.shape, 3 + uint64_t(group), c.initial_state);
           const auto s = make_strategies("exact", "survival", selector, {}, {{"rho", "0.4"}, {"seed", "5"}});
