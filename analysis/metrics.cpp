@@ -1,0 +1,88 @@
+#include "analysis/metrics.h"
+
+#include <cmath>
+
+#include "core/error.h"
+
+namespace sgdn {
+
+template <class S>
+OutputError output_error(const Tensor<S>& o, const Tensor<double>& exact, const Shape& s, int64_t buckets) {
+  require(o.dims() == exact.dims(), "output_error: outputs ", dims_str(o.dims()), " and exact outputs ",
+          dims_str(exact.dims()), " differ in shape");
+  const int64_t B = s.batch, T = s.tokens, HV = s.v_heads, V = s.value_dim;
+  buckets = std::max<int64_t>(1, std::min(buckets, T));
+  const size_t heads = static_cast<size_t>(HV), nb = static_cast<size_t>(buckets);
+  std::vector<double> head_diff(heads), head_norm(heads), bucket_diff(nb), bucket_norm(nb);
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t t = 0; t < T; ++t) {
+      const size_t bucket = size_t(t * buckets / T);
+      for (int64_t h = 0; h < HV; ++h) {
+        const int64_t base = ((b * T + t) * HV + h) * V;
+        double diff = 0, norm = 0;
+        for (int64_t j = 0; j < V; ++j) {
+          const double e = exact[base + j], d = double(o[base + j]) - e;
+          diff += d * d;
+          norm += e * e;
+        }
+        head_diff[size_t(h)] += diff;
+        head_norm[size_t(h)] += norm;
+        bucket_diff[bucket] += diff;
+        bucket_norm[bucket] += norm;
+      }
+    }
+  auto ratio = [](double diff, double norm) { return norm > 0 ? std::sqrt(diff / norm) : std::sqrt(diff); };
+  OutputError err;
+  double diff = 0, norm = 0;
+  for (int64_t h = 0; h < HV; ++h) {
+    err.per_head.push_back(ratio(head_diff[size_t(h)], head_norm[size_t(h)]));
+    diff += head_diff[size_t(h)];
+    norm += head_norm[size_t(h)];
+  }
+  for (int64_t i = 0; i < buckets; ++i) {
+    err.per_bucket.push_back(ratio(bucket_diff[size_t(i)], bucket_norm[size_t(i)]));
+    err.bucket_start.push_back((i * T + buckets - 1) / buckets);
+  }
+  err.overall = ratio(diff, norm);
+  return err;
+}
+
+Retention retention(const Tensor<uint8_t>& event_mask, const Tensor<int32_t>& budget) {
+  const int64_t B = event_mask.dim(0), N = event_mask.dim(2), units = budget.dim(1);
+  Retention r;
+  int64_t kept = 0;
+  for (int64_t i = 0; i < event_mask.size(); ++i) kept += event_mask[i];
+  r.overall = event_mask.size() ? double(kept) / double(event_mask.size()) : 0;
+  r.per_unit.assign(size_t(units), 0.0);
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t u = 0; u < units; ++u) r.per_unit[size_t(u)] += double(budget[b * units + u]) / double(N * B);
+  return r;
+}
+
+std::vector<double> state_error_by_chunk(const Tensor<double>& state_error) {
+  const int64_t B = state_error.dim(0), HV = state_error.dim(1), N = state_error.dim(2);
+  std::vector<double> mean(size_t(N), 0.0);
+  for (int64_t i = 0; i < B * HV; ++i)
+    for (int64_t c = 0; c < N; ++c) mean[size_t(c)] += state_error[i * N + c] / double(B * HV);
+  return mean;
+}
+
+Cost cost_of(const Shape& s, int64_t chunk, double flops, double dense_flops, double sequential_flops,
+             const Tensor<uint8_t>& event_mask) {
+  const int64_t N = num_chunks(s.tokens, chunk);
+  const double state = 4.0 * double(s.key_dim * s.value_dim);
+  int64_t kept = 0;
+  for (int64_t i = 0; i < event_mask.size(); ++i) kept += event_mask[i];
+  Cost c;
+  c.flops_ratio = dense_flops > 0 ? flops / dense_flops : 0;
+  const double dense_chain = 4.0 * double(s.tokens) * s.key_dim * s.value_dim * double(s.batch * s.v_heads);
+  c.sequential_ratio = dense_chain > 0 ? sequential_flops / dense_chain : 0;
+  c.state_bytes = state * double(kept + s.batch * s.v_heads);  // snapshots: S0 + one per selected event
+  c.dense_state_bytes = state * double(N * s.batch * s.v_heads);
+  return c;
+}
+
+template OutputError output_error<float>(const Tensor<float>&, const Tensor<double>&, const Shape&, int64_t);
+template OutputError output_error<double>(const Tensor<double>&, const Tensor<double>&, const Shape&, int64_t);
+
+}  // namespace sgdn

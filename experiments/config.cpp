@@ -1,0 +1,343 @@
+#include "experiments/config.h"
+
+#include <boost/program_options.hpp>
+#include <fstream>
+#include <set>
+#include <sstream>
+
+#include "data/file_workload.h"
+#include "data/needle_workload.h"
+#include "data/random_workload.h"
+
+namespace sgdn {
+namespace po = boost::program_options;
+
+namespace {
+
+void add_specs(std::map<std::string, KeySpec>& keys, const std::string& section, const std::vector<ParamSpec>& specs) {
+  for (const ParamSpec& p : specs) keys.emplace(section + "." + p.key, KeySpec{p.default_value, p.help, {}});
+}
+
+std::string trim(const std::string& s) {
+  const size_t a = s.find_first_not_of(" \t\r\n"), b = s.find_last_not_of(" \t\r\n");
+  return a == std::string::npos ? "" : s.substr(a, b - a + 1);
+}
+
+std::vector<std::string> split_list(const std::string& text) {
+  std::vector<std::string> items;
+  std::stringstream in(text);
+  std::string item;
+  while (std::getline(in, item, ',')) {
+    item = trim(item);
+    if (!item.empty()) items.push_back(item);
+  }
+  return items;
+}
+
+const std::vector<std::string> kSections = {"workload", "run", "solver", "selector", "dump"};
+
+void check_known_key(const std::string& key, const char* where) {
+  if (config_keys().count(key)) return;
+  const size_t dot = key.find('.');
+  const std::string section = dot == std::string::npos ? "" : key.substr(0, dot);
+  if (std::find(kSections.begin(), kSections.end(), section) == kSections.end()) {
+    fail("unknown config key '", key, "'", where, ": the sections are [", join(kSections, "] ["), "] and [sweep]");
+  }
+  fail("unknown config key '", key, "'", where, "; allowed in [", section, "]: ", join(keys_of_section(section), ", "));
+}
+
+void set_override(Settings& settings, const std::string& assignment) {
+  const size_t eq = assignment.find('=');
+  require(eq != std::string::npos, "--set expects section.key=value, got '", assignment, "'");
+  const std::string key = trim(assignment.substr(0, eq));
+  check_known_key(key, " (from --set)");
+  settings[key] = trim(assignment.substr(eq + 1));
+}
+
+}  // namespace
+
+const std::map<std::string, KeySpec>& config_keys() {
+  static const std::map<std::string, KeySpec> keys = [] {
+    std::map<std::string, KeySpec> k;
+    k["workload.kind"] = {"random", "workload generator", {"random", "needle", "file"}};
+    k["workload.batch"] = {"1", "sequences per batch", {}};
+    k["workload.tokens"] = {"4096", "tokens per sequence (T >= 1)", {}};
+    k["workload.qk_heads"] = {"16", "query/key heads H", {}};
+    k["workload.v_heads"] = {"32", "value heads HV, a multiple of H", {}};
+    k["workload.key_dim"] = {"128", "K", {}};
+    k["workload.value_dim"] = {"128", "V", {}};
+    k["workload.seed"] = {"0", "generator seed", {}};
+    k["workload.path"] = {"", "kind = file: an HDF5 file with /workloads/<wid>/inputs", {}};
+    k["workload.id"] = {"", "kind = file: the one workload to run (empty: every workload in the file)", {}};
+    add_specs(k, "workload", RandomWorkloadOptions::param_specs());
+    add_specs(k, "workload", NeedleOptions::param_specs());
+    k["run.backend"] = {"cpu", "cpu | cuda", {"cpu", "cuda"}};
+    k["run.precision"] = {"float32", "float64 | float32 on cpu; bfloat16 | float32 inputs on cuda",
+                          {"float64", "float32", "bfloat16"}};
+    k["run.chunk"] = {"64", "chunk size C", {}};
+    k["run.group"] = {"1", "output window G in chunks (SPEC §6)", {}};
+    k["run.normalize_qk"] = {"false", "L2-normalise q and k before the run", {}};
+    k["run.position_buckets"] = {"8", "position buckets of the output error", {}};
+    k["run.state_error"] = {"true", "measure the carried state against the exact one at every chunk", {}};
+    k["solver.name"] = {"block_adjacent", "intra-chunk solver", solver_registry().names()};
+    for (const std::string& name : solver_registry().names()) add_specs(k, "solver", solver_registry().entry(name).params);
+    k["selector.name"] = {"head_budget", "event selector", selector_registry().names()};
+    k["selector.score"] = {"survival", "event score", score_registry().names()};
+    k["selector.granularity"] = {"pair", "pair: one decision per head group; head: per value head", {"pair", "head"}};
+    for (const std::string& name : selector_registry().names())
+      add_specs(k, "selector", selector_registry().entry(name).params);
+    for (const std::string& name : score_registry().names()) add_specs(k, "selector", score_registry().entry(name).params);
+    k["dump.inputs"] = {"true", "write the workload inputs and exact outputs", {}};
+    k["dump.outputs"] = {"true", "write each run's outputs", {}};
+    k["dump.states"] = {"false", "write each run's state snapshots", {}};
+    return k;
+  }();
+  return keys;
+}
+
+std::vector<std::string> keys_of_section(const std::string& section) {
+  std::vector<std::string> out;
+  for (const auto& [key, spec] : config_keys())
+    if (key.compare(0, section.size() + 1, section + ".") == 0) out.push_back(key.substr(section.size() + 1));
+  return out;
+}
+
+std::string short_hash(const std::string& text) {
+  uint64_t h = 0xcbf29ce484222325ull;
+  for (unsigned char ch : text) {
+    h ^= ch;
+    h *= 0x100000001b3ull;
+  }
+  char buf[17];
+  std::snprintf(buf, sizeof buf, "%016llx", static_cast<unsigned long long>(h));
+  return std::string(buf).substr(0, 12);
+}
+
+std::string RunSpec::get(const std::string& key) const {
+  auto it = resolved.find(key);
+  require(it != resolved.end(), "run ", id, " has no key ", key);
+  return it->second;
+}
+int64_t RunSpec::get_int(const std::string& key) const { return parse_int(key, get(key)); }
+double RunSpec::get_double(const std::string& key) const { return parse_double(key, get(key)); }
+bool RunSpec::get_bool(const std::string& key) const { return parse_bool(key, get(key)); }
+
+Params RunSpec::section(const std::string& name) const {
+  std::map<std::string, std::string> values;
+  for (const auto& [key, value] : resolved)
+    if (key.compare(0, name.size() + 1, name + ".") == 0) values[key.substr(name.size() + 1)] = value;
+  return Params(name, values);
+}
+
+std::string RunSpec::label() const {
+  std::ostringstream out;
+  out << get("solver.name");
+  if (get("solver.name") == "block_adjacent") out << "(b" << get("solver.block") << ",band" << get("solver.band") << ")";
+  out << " " << get("selector.name");
+  if (resolved.count("selector.rho")) out << " rho=" << get("selector.rho");
+  if (resolved.count("selector.tau")) out << " tau=" << get("selector.tau");
+  out << " G=" << get("run.group") << " " << get("workload.kind");
+  if (resolved.count("workload.task")) out << ":" << get("workload.task");
+  if (resolved.count("workload.tokens")) out << " T=" << get("workload.tokens");
+  if (resolved.count("workload.id") && !get("workload.id").empty()) out << " " << get("workload.id");
+  return out.str();
+}
+
+RunSpec resolve_run(const Settings& settings) {
+  auto value = [&](const std::string& key) {
+    auto it = settings.find(key);
+    return it != settings.end() ? it->second : config_keys().at(key).default_value;
+  };
+  RunSpec run;
+  Settings& r = run.resolved;
+  auto take = [&](const std::string& key) {
+    const std::string v = value(key);
+    const auto& allowed = config_keys().at(key).allowed;
+    require(allowed.empty() || std::find(allowed.begin(), allowed.end(), v) != allowed.end(), key, " = '", v,
+            "' is not allowed; allowed: ", join(allowed, ", "));
+    r[key] = v;
+    return v;
+  };
+  auto take_int = [&](const std::string& key, int64_t lo) {
+    const int64_t v = parse_int(key, take(key));
+    require(v >= lo, key, " = ", v, " must be >= ", lo);
+    return v;
+  };
+  auto take_bool = [&](const std::string& key) { return parse_bool(key, take(key)); };
+  auto take_section_specs = [&](const std::string& section, const std::vector<ParamSpec>& specs) {
+    for (const ParamSpec& p : specs) take(section + "." + p.key);
+  };
+
+  // [workload]: the keys of its kind only.
+  const std::string kind = take("workload.kind");
+  if (kind == "file") {
+    require(!take("workload.path").empty(), "workload.path must name an HDF5 file when workload.kind = file");
+    take("workload.id");
+  } else {
+    Shape shape;
+    shape.batch = take_int("workload.batch", 1);
+    shape.tokens = take_int("workload.tokens", 1);
+    shape.qk_heads = take_int("workload.qk_heads", 1);
+    shape.v_heads = take_int("workload.v_heads", 1);
+    shape.key_dim = take_int("workload.key_dim", 1);
+    shape.value_dim = take_int("workload.value_dim", 1);
+    take_int("workload.seed", 0);
+    shape.validate();
+    if (kind == "random") {
+      take_section_specs("workload", RandomWorkloadOptions::param_specs());
+      RandomWorkloadOptions::from_params(run.section("workload")).validate();
+    } else {
+      take_section_specs("workload", NeedleOptions::param_specs());
+      NeedleOptions::from_params(run.section("workload")).resolved(shape);
+    }
+  }
+  std::string workload_text;
+  for (const auto& [key, v] : r) workload_text += key + "=" + v + "\n";
+  run.workload_id = "w" + short_hash(workload_text);
+
+  // [run]
+  const std::string backend = take("run.backend");
+  const std::string precision = take("run.precision");
+  if (backend == "cpu") {
+    require(precision == "float64" || precision == "float32", "run.precision = '", precision,
+            "' is not available on the cpu backend; allowed: float64, float32");
+  } else {
+    require(precision == "bfloat16" || precision == "float32", "run.precision = '", precision,
+            "' is not available on the cuda backend; allowed: bfloat16, float32");
+  }
+  take_int("run.chunk", 1);
+  take_int("run.group", 1);
+  take_bool("run.normalize_qk");
+  take_int("run.position_buckets", 1);
+  take_bool("run.state_error");
+  // [solver], [selector]: the chosen strategies' parameters only.
+  take_section_specs("solver", solver_registry().entry(take("solver.name")).params);
+  take_section_specs("selector", selector_registry().entry(take("selector.name")).params);
+  take_section_specs("selector", score_registry().entry(take("selector.score")).params);
+  take("selector.granularity");
+  take_bool("dump.inputs");
+  take_bool("dump.outputs");
+  take_bool("dump.states");
+
+  make_run_strategies(run);  // parameter ranges, block vs chunk
+  std::string text;
+  for (const auto& [key, v] : r) text += key + "=" + v + "\n";
+  run.id = "r" + short_hash(text);
+  return run;
+}
+
+RunStrategies make_run_strategies(const RunSpec& run) {
+  RunStrategies s;
+  s.solver = solver_registry().create(run.get("solver.name"), run.section("solver"));
+  s.score = score_registry().create(run.get("selector.score"), run.section("selector"));
+  s.selector = selector_registry().create(run.get("selector.name"), run.section("selector"));
+  s.solver->check_chunk(run.get_int("run.chunk"));
+  return s;
+}
+
+EngineConfig RunStrategies::engine_config(const RunSpec& run) const {
+  EngineConfig c;
+  c.chunk = run.get_int("run.chunk");
+  c.group = run.get_int("run.group");
+  c.solver = solver.get();
+  c.score = score.get();
+  c.selector = selector.get();
+  c.granularity = parse_granularity(run.get("selector.granularity"));
+  c.keep_snapshots = run.get_bool("dump.states");
+  return c;
+}
+
+Experiment parse_experiment(const std::string& ini_text, const std::vector<std::string>& overrides,
+                            const std::string& source) {
+  po::options_description desc;
+  for (const auto& [key, spec] : config_keys()) {
+    desc.add_options()(key.c_str(), po::value<std::string>());
+    desc.add_options()(("sweep." + key).c_str(), po::value<std::string>());
+  }
+  std::istringstream in(ini_text);
+  po::parsed_options parsed(&desc);
+  try {
+    parsed = po::parse_config_file(in, desc, /*allow_unregistered=*/true);
+  } catch (const po::error& e) {
+    fail(source, ": ", e.what());
+  }
+  Experiment exp;
+  exp.source = source;
+  std::set<std::string> seen;
+  std::map<std::string, std::vector<std::string>> sweep;
+  for (const po::option& opt : parsed.options) {
+    const std::string& key = opt.string_key;
+    require(seen.insert(key).second, source, ": key '", key, "' is given twice");
+    const std::string v = opt.value.empty() ? "" : opt.value.front();
+    if (key.compare(0, 6, "sweep.") == 0) {
+      check_known_key(key.substr(6), concat(" in [sweep] of ", source).c_str());
+      sweep[key.substr(6)] = split_list(v);
+      require(!sweep[key.substr(6)].empty(), source, ": [sweep] ", key.substr(6), " lists no values");
+    } else {
+      check_known_key(key, concat(" in ", source).c_str());
+      exp.base[key] = v;
+    }
+  }
+  for (const std::string& assignment : overrides) {
+    set_override(exp.base, assignment);
+    // The command line wins over the file, sweep lists included.
+    sweep.erase(trim(assignment.substr(0, assignment.find('='))));
+  }
+  exp.sweep.assign(sweep.begin(), sweep.end());
+  return exp;
+}
+
+Experiment load_experiment(const std::string& path, const std::vector<std::string>& overrides) {
+  std::ifstream file(path);
+  require(bool(file), "cannot read config file '", path, "'");
+  std::stringstream text;
+  text << file.rdbuf();
+  return parse_experiment(text.str(), overrides, path);
+}
+
+std::vector<RunSpec> Experiment::expand() const {
+  std::vector<Settings> points = {base};
+  for (const auto& [key, values] : sweep) {
+    std::vector<Settings> next;
+    for (const Settings& p : points)
+      for (const std::string& v : values) {
+        Settings q = p;
+        q[key] = v;
+        next.push_back(q);
+      }
+    points = std::move(next);
+  }
+  std::vector<RunSpec> runs;
+  std::set<std::string> ids;
+  auto add = [&](const Settings& point) {
+    RunSpec run = resolve_run(point);
+    if (ids.insert(run.id).second) runs.push_back(std::move(run));
+  };
+  for (const Settings& point : points) {
+    auto kind = point.find("workload.kind");
+    auto id = point.find("workload.id");
+    if (kind != point.end() && kind->second == "file" && (id == point.end() || id->second.empty())) {
+      auto path = point.find("workload.path");
+      require(path != point.end() && !path->second.empty(), "workload.path must name an HDF5 file when workload.kind = file");
+      for (const std::string& wid : list_workloads(path->second)) {  // every workload in the file
+        Settings q = point;
+        q["workload.id"] = wid;
+        add(q);
+      }
+    } else {
+      add(point);
+    }
+  }
+  return runs;
+}
+
+std::pair<int64_t, int64_t> parse_shard(const std::string& text) {
+  const size_t slash = text.find('/');
+  require(slash != std::string::npos, "--shard expects i/n (for example 0/4), got '", text, "'");
+  const int64_t i = parse_int("--shard index", text.substr(0, slash));
+  const int64_t n = parse_int("--shard count", text.substr(slash + 1));
+  require(n >= 1 && i >= 0 && i < n, "--shard ", text, ": need 0 <= i < n");
+  return {i, n};
+}
+
+}  // namespace sgdn

@@ -1,0 +1,303 @@
+#include "experiments/runner.h"
+
+#include <chrono>
+#include <filesystem>
+#include <iomanip>
+#include <iostream>
+#include <set>
+
+#include "analysis/metrics.h"
+#include "analysis/tables.h"
+#include "core/error.h"
+#include "core/hdf5_file.h"
+#include "data/file_workload.h"
+#include "data/workload.h"
+#ifdef SGDN_WITH_CUDA
+#include "kernels/cuda_backend.h"
+#endif
+
+namespace sgdn {
+namespace fs = std::filesystem;
+
+namespace {
+
+// A generated workload with its exact outputs, kept while consecutive runs use it.
+struct PreparedWorkload {
+  std::string wid;
+  Workload workload;
+  Tensor<double> exact_o;
+  std::map<int64_t, Tensor<float>> exact_states;  // by chunk size, computed on demand
+};
+
+h5::AttrValue typed(const std::string& text) {
+  try {
+    return h5::AttrValue(parse_int("", text));
+  } catch (const Error&) {
+  }
+  try {
+    return h5::AttrValue(parse_double("", text));
+  } catch (const Error&) {
+  }
+  return h5::AttrValue(text);
+}
+
+std::string part_of_run(const fs::path& parts, const std::string& rid) { return (parts / ("run-" + rid + ".h5")).string(); }
+std::string part_of_workload(const fs::path& parts, const std::string& wid) {
+  return (parts / ("workload-" + wid + ".h5")).string();
+}
+
+PreparedWorkload& prepare_workload(const RunSpec& run, const fs::path& parts, std::unique_ptr<PreparedWorkload>& cache,
+                                   std::ostream& progress) {
+  if (cache && cache->wid == run.workload_id) return *cache;
+  cache.reset();
+  auto w = std::make_unique<PreparedWorkload>();
+  w->wid = run.workload_id;
+  w->workload = make_workload(run.section("workload"));
+  const std::string part = part_of_workload(parts, w->wid);
+  if (fs::exists(part)) {  // computed by an earlier, interrupted call
+    const h5::File file = h5::File::open(part);
+    w->exact_o = load_exact_outputs(file, w->wid, w->workload.inputs.shape);
+  } else {
+    const auto start = std::chrono::steady_clock::now();
+    w->exact_o = run_exact(w->workload.inputs, 64, false).o;
+    progress << "  workload " << w->wid << " (" << w->workload.inputs.shape.str() << "): exact outputs in "
+             << std::fixed << std::setprecision(1)
+             << std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() << " s\n";
+    h5::write_atomically(part, [&](h5::File& f) {
+      write_schema_attributes(f);
+      write_workload(f, w->wid, w->workload, w->exact_o, run.get_bool("dump.inputs"));
+    });
+  }
+  cache = std::move(w);
+  return *cache;
+}
+
+template <class S>
+EngineResult<float> to_float(EngineResult<S>&& r) {
+  if constexpr (std::is_same_v<S, float>) {
+    return std::move(r);
+  } else {
+    EngineResult<float> f;
+    f.o = r.o.template cast<float>();
+    f.final_state = r.final_state.template cast<float>();
+    f.event_mask = std::move(r.event_mask);
+    f.event_score = std::move(r.event_score);
+    f.budget = std::move(r.budget);
+    f.snapshots = std::move(r.snapshots);
+    f.snapshot_index = std::move(r.snapshot_index);
+    f.state_error = std::move(r.state_error);
+    f.flops = r.flops;
+    f.dense_flops = r.dense_flops;
+    f.sequential_flops = r.sequential_flops;
+    f.seconds = r.seconds;
+    return f;
+  }
+}
+
+// Runs one configuration and writes its part file.
+void execute_run(const RunSpec& run, PreparedWorkload& pw, const std::string& part_path) {
+  Inputs<double> inputs = pw.workload.inputs;
+  if (run.get_bool("run.normalize_qk")) l2_normalize_qk(inputs);
+  const RunStrategies strategies = make_run_strategies(run);
+  EngineConfig config = strategies.engine_config(run);
+  const int64_t chunk = config.chunk;
+  const bool measure_states = run.get_bool("run.state_error") && run.get("run.backend") == "cpu";
+  const bool exact_against_normalized = run.get_bool("run.normalize_qk");
+  Tensor<double> exact_o_normalized;
+  if (measure_states) {
+    if (exact_against_normalized || !pw.exact_states.count(chunk)) {
+      ExactReference ref = run_exact(inputs, chunk, true);
+      if (exact_against_normalized) exact_o_normalized = std::move(ref.o);
+      pw.exact_states[chunk] = std::move(ref.chunk_states);
+    }
+    config.reference_states = &pw.exact_states[chunk];
+  } else if (exact_against_normalized) {
+    exact_o_normalized = run_exact(inputs, chunk, false).o;
+  }
+  const Tensor<double>& exact_o = exact_against_normalized ? exact_o_normalized : pw.exact_o;
+
+  EngineResult<float> res;
+  const std::string backend = run.get("run.backend"), precision = run.get("run.precision");
+  if (backend == "cpu") {
+    res = precision == "float64" ? to_float(run_cpu(inputs, config)) : run_cpu(inputs.cast<float>(), config);
+  } else {
+#ifdef SGDN_WITH_CUDA
+    CudaRunOptions options;
+    options.input_precision = parse_cuda_precision(precision);
+    res = run_cuda(inputs.cast<float>(), config, options);
+#else
+    fail("run.backend = cuda: this sgdn was built without the CUDA backend (configure with -DSGDN_WITH_CUDA=ON)");
+#endif
+  }
+  if (exact_against_normalized) pw.exact_states.erase(chunk);
+
+  const Shape& shape = inputs.shape;
+  const OutputError err = output_error(res.o, exact_o, shape, run.get_int("run.position_buckets"));
+  const Retention ret = retention(res.event_mask, res.budget);
+  const Cost cost = cost_of(shape, chunk, res.flops, res.dense_flops, res.sequential_flops, res.event_mask);
+
+  h5::write_atomically(part_path, [&](h5::File& f) {
+    const std::string root = "/runs/" + run.id;
+    f.create_group(root);
+    std::vector<std::string> written = {"events/mask", "events/score", "events/budget", "metrics"};
+    for (const auto& [key, value] : run.resolved) f.set_attr(root, key, typed(value));
+    f.set_attr(root, "workload", run.workload_id);
+    f.set_attr(root, "backend", backend);
+    f.set_attr(root, "label", run.label());
+    if (run.get_bool("dump.outputs")) {
+      f.write(root + "/outputs/o", res.o);
+      written.insert(written.begin(), "outputs/o");
+    }
+    f.write(root + "/events/mask", res.event_mask);
+    f.write(root + "/events/score", res.event_score);
+    f.write(root + "/events/budget", res.budget);
+    if (run.get_bool("dump.states") && !res.snapshots.empty()) {
+      f.write(root + "/states/snapshots", res.snapshots);
+      f.write(root + "/states/snapshot_index", res.snapshot_index);
+      written.push_back("states/snapshots");
+      written.push_back("states/snapshot_index");
+    }
+    const std::string m = root + "/metrics";
+    auto vec = [](const std::vector<double>& v) {
+      Tensor<double> t({int64_t(v.size())});
+      std::copy(v.begin(), v.end(), t.data());
+      return t;
+    };
+    f.write(m + "/output_error_per_head", vec(err.per_head));
+    f.write(m + "/output_error_per_bucket", vec(err.per_bucket));
+    Tensor<int64_t> starts({int64_t(err.bucket_start.size())});
+    std::copy(err.bucket_start.begin(), err.bucket_start.end(), starts.data());
+    f.write(m + "/bucket_start", starts);
+    f.write(m + "/retention_per_unit", vec(ret.per_unit));
+    f.set_attr(m, "output_error", err.overall);
+    f.set_attr(m, "retention", ret.overall);
+    f.set_attr(m, "flops_ratio", cost.flops_ratio);
+    f.set_attr(m, "sequential_ratio", cost.sequential_ratio);
+    f.set_attr(m, "state_bytes", cost.state_bytes);
+    f.set_attr(m, "dense_state_bytes", cost.dense_state_bytes);
+    f.set_attr(m, "seconds", res.seconds);
+    if (!res.state_error.empty()) {
+      f.write(m + "/state_error", res.state_error.cast<float>());
+      const std::vector<double> by_chunk = state_error_by_chunk(res.state_error);
+      f.write(m + "/state_error_per_chunk", vec(by_chunk));
+      f.set_attr(m, "final_state_error", by_chunk.back());
+    }
+    if (pw.workload.needle) {
+      const NeedleTruth& truth = *pw.workload.needle;
+      const std::vector<NeedleScore> scores = needle_scores(truth, res.o.data(), shape);
+      std::vector<int32_t> correct;
+      Tensor<double> cosine({int64_t(scores.size())});
+      for (size_t i = 0; i < scores.size(); ++i) {
+        correct.push_back(scores[i].correct);
+        cosine[int64_t(i)] = scores[i].answer_cosine;
+      }
+      const NeedleAccuracy acc = needle_accuracy(truth, correct);
+      Tensor<int32_t> correct_t({int64_t(correct.size())});
+      std::copy(correct.begin(), correct.end(), correct_t.data());
+      f.write(m + "/needle_correct", correct_t);
+      f.write(m + "/needle_answer_cosine", cosine);
+      f.write(m + "/needle_depths", vec(acc.depths));
+      f.write(m + "/needle_accuracy_by_depth", vec(acc.accuracy));
+      f.set_attr(m, "needle_accuracy", acc.overall);
+    }
+    f.set_attr(root, "written", join(written, ","));
+  });
+}
+
+std::set<std::string> runs_in(const std::string& path) {
+  std::set<std::string> ids;
+  if (!fs::exists(path)) return ids;
+  const h5::File file = h5::File::open(path);
+  if (file.is_group("/runs"))
+    for (const std::string& id : file.children("/runs")) ids.insert(id);
+  return ids;
+}
+
+// Adds every finished part to the experiment file (atomically), then removes the parts.
+void merge_parts(const std::string& out, const fs::path& parts) {
+  std::vector<fs::path> files;
+  for (const auto& entry : fs::directory_iterator(parts))
+    if (entry.path().extension() == ".h5") files.push_back(entry.path());
+  std::sort(files.begin(), files.end());
+  const bool existing = fs::exists(out);
+  h5::AtomicFile target(out, /*start_from_existing=*/existing);
+  h5::File& f = target.file();
+  if (!existing) write_schema_attributes(f);
+  for (const fs::path& part : files) {
+    const h5::File source = h5::File::open(part.string());
+    for (const char* top : {"/workloads", "/runs"}) {
+      if (!source.is_group(top)) continue;
+      for (const std::string& id : source.children(top)) {
+        const std::string path = std::string(top) + "/" + id;
+        if (!f.exists(path)) f.copy_from(source, path, path);
+      }
+    }
+  }
+  target.commit();
+  fs::remove_all(parts);
+}
+
+std::string format_seconds(double s) {
+  std::ostringstream out;
+  if (s < 90) {
+    out << int(s + 0.5) << " s";
+  } else if (s < 5400) {
+    out << int(s / 60 + 0.5) << " min";
+  } else {
+    out << std::fixed << std::setprecision(1) << s / 3600 << " h";
+  }
+  return out.str();
+}
+
+}  // namespace
+
+RunnerSummary run_experiment(const Experiment& experiment, const RunnerOptions& options, std::ostream& progress) {
+  require(!options.out.empty(), "sgdn run: no output file (--out FILE.h5)");
+  const std::vector<RunSpec> all = experiment.expand();  // validates every run before anything is written
+  std::vector<RunSpec> mine;
+  for (size_t i = 0; i < all.size(); ++i)
+    if (int64_t(i) % options.shard_count == options.shard_index) mine.push_back(all[i]);
+
+  const fs::path parts = options.out + ".parts";
+  const std::set<std::string> in_file = runs_in(options.out);
+  RunnerSummary summary;
+  summary.runs = int64_t(mine.size());
+  std::vector<const RunSpec*> pending;
+  for (const RunSpec& run : mine) {
+    if (in_file.count(run.id) || fs::exists(part_of_run(parts, run.id))) {
+      ++summary.already_done;
+    } else {
+      pending.push_back(&run);
+    }
+  }
+  progress << "sgdn run: " << mine.size() << " runs";
+  if (options.shard_count > 1) progress << " in shard " << options.shard_index << "/" << options.shard_count;
+  progress << " (of " << all.size() << "), " << summary.already_done << " already done, " << pending.size()
+           << " to run -> " << options.out << "\n";
+  if (!pending.empty()) fs::create_directories(parts);
+
+  std::unique_ptr<PreparedWorkload> cache;
+  const auto start = std::chrono::steady_clock::now();
+  for (const RunSpec* run : pending) {
+    if (options.stop_after >= 0 && summary.ran >= options.stop_after) return summary;
+    PreparedWorkload& pw = prepare_workload(*run, parts, cache, progress);
+    const auto run_start = std::chrono::steady_clock::now();
+    execute_run(*run, pw, part_of_run(parts, run->id));
+    ++summary.ran;
+    const auto now = std::chrono::steady_clock::now();
+    const double elapsed = std::chrono::duration<double>(now - start).count();
+    const double left = elapsed / double(summary.ran) * double(pending.size() - size_t(summary.ran));
+    progress << "[" << summary.already_done + summary.ran << "/" << mine.size() << "] " << run->id << " "
+             << run->label() << "  " << std::fixed << std::setprecision(2)
+             << std::chrono::duration<double>(now - run_start).count() << " s, about " << format_seconds(left)
+             << " left\n"
+             << std::flush;
+  }
+  if (fs::exists(parts)) {
+    merge_parts(options.out, parts);
+    summary.merged = true;
+  }
+  return summary;
+}
+
+}  // namespace sgdn
