@@ -480,6 +480,9 @@ TEST_CASE("hdf5: atomic writes appear complete or not at all", "[hdf5]") {
     });
     CHECK(dir.entries() == std::vector<std::string>{"experiment.h5"});
     CHECK(bit_equal(File::open(path).read<double>("/x"), values));
+    // The result has the permissions of a plain create, not the private mode of a temporary file.
+    File::create(dir.file("plain.h5")).close();
+    CHECK(fs::status(path).permissions() == fs::status(dir.file("plain.h5")).permissions());
   }
   SECTION("a writer that throws leaves no file and no temporary") {
     CHECK_THROWS_WITH(write_atomically(path,

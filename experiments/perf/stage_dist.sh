@@ -1,0 +1,11 @@
+#!/usr/bin/env bash
+# Copies the GPU test binary, the C ABI library and the non-system shared libraries they need into
+# build-cuda/dist (carried to the device machine; see kernels/NOTES.md).
+set -eu
+B=${1:-build-cuda}
+rm -rf "$B/dist" && mkdir -p "$B/dist/lib"
+cp "$B/tests/sgdn_gpu_tests" "$B/kernels/libsgdn_cuda_capi.so" "$B/dist/"
+for lib in $(ldd "$B/tests/sgdn_gpu_tests" | awk '/=>/ {print $3}' | grep -E 'libcudart|libgomp|libhdf5|libsz|libaec|libboost'); do
+  cp -L "$lib" "$B/dist/lib/"
+done
+du -sh "$B/dist"

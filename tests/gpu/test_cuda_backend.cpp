@@ -1,0 +1,432 @@
+// The CUDA backend against the float64 token recurrence (SPEC §2) and against the CPU engine (SPEC §5–§7):
+// outputs, final states, event masks, budgets and snapshots, on random inputs of several shapes.
+#include <catch2/catch.hpp>
+
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <map>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "algorithms/engine.h"
+#include "kernels/cuda_backend.h"
+#include "kernels/gdn_device.h"
+
+#include <cuda_runtime_api.h>
+
+namespace {
+
+using namespace sgdn;
+
+// SPEC §9 `random`: unit-norm q and k, v ~ N(0,1), β = σ(1.5 n), g = −A_h softplus(x + b_h).
+Inputs<float> random_inputs(const Shape& shape, bool with_state, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::normal_distribution<double> normal(0.0, 1.0);
+  std::uniform_real_distribution<double> uniform(0.0, 1.0);
+  Inputs<float> in = make_inputs<float>(shape, with_state);
+  const int64_t B = shape.batch, T = shape.tokens, H = shape.qk_heads, HV = shape.v_heads, K = shape.key_dim;
+  auto unit_rows = [&](Tensor<float>& x) {
+    for (int64_t row = 0; row < B * T * H; ++row) {
+      double norm = 0;
+      std::vector<double> tmp(static_cast<size_t>(K));
+      for (auto& t : tmp) {
+        t = normal(rng);
+        norm += t * t;
+      }
+      for (int64_t d = 0; d < K; ++d) x[row * K + d] = float(tmp[size_t(d)] / std::sqrt(norm));
+    }
+  };
+  unit_rows(in.q);
+  unit_rows(in.k);
+  for (auto& x : in.v.values()) x = float(normal(rng));
+  std::vector<double> a(static_cast<size_t>(HV)), bias(static_cast<size_t>(HV));
+  for (int64_t h = 0; h < HV; ++h) {
+    a[size_t(h)] = std::exp(std::log(1.0) + uniform(rng) * (std::log(16.0) - std::log(1.0)));
+    const double sp = std::exp(std::log(1e-3) + uniform(rng) * (std::log(1e-1) - std::log(1e-3)));
+    bias[size_t(h)] = std::log(std::expm1(sp));  // softplus(b) = sp
+  }
+  for (int64_t t = 0; t < B * T; ++t)
+    for (int64_t h = 0; h < HV; ++h) {
+      const double x = normal(rng) + bias[size_t(h)];
+      const double softplus = x > 20 ? x : std::log1p(std::exp(x));
+      in.g[t * HV + h] = float(-a[size_t(h)] * softplus);
+      in.beta[t * HV + h] = float(1.0 / (1.0 + std::exp(-1.5 * normal(rng))));
+    }
+  if (with_state)
+    for (auto& x : in.initial_state.values()) x = float(0.3 * normal(rng));
+  return in;
+}
+
+template <class A, class B>
+double rel_error(const Tensor<A>& got, const Tensor<B>& ref) {
+  REQUIRE(got.size() == ref.size());
+  double diff = 0, norm = 0;
+  for (int64_t i = 0; i < got.size(); ++i) {
+    const double d = double(got[i]) - double(ref[i]);
+    if (std::isnan(d)) return INFINITY;
+    diff += d * d;
+    norm += double(ref[i]) * double(ref[i]);
+  }
+  return std::sqrt(diff) / std::sqrt(norm);
+}
+
+struct Strategies {
+  std::unique_ptr<Solver> solver;
+  std::unique_ptr<Score> score;
+  std::unique_ptr<Selector> selector;
+  EngineConfig config;
+};
+
+Strategies make_strategies(const std::string& solver, std::map<std::string, std::string> solver_params,
+                           const std::string& score, const std::string& selector,
+                           std::map<std::string, std::string> selector_params, int64_t chunk, int64_t group,
+                           Granularity granularity) {
+  Strategies s;
+  s.solver = solver_registry().create(solver, Params("solver", std::move(solver_params)));
+  s.score = score_registry().create(score, Params("selector", {}));
+  s.selector = selector_registry().create(selector, Params("selector", std::move(selector_params)));
+  s.config.chunk = chunk;
+  s.config.group = group;
+  s.config.solver = s.solver.get();
+  s.config.score = s.score.get();
+  s.config.selector = s.selector.get();
+  s.config.granularity = granularity;
+  return s;
+}
+
+struct Case {
+  Shape shape;
+  bool initial_state;
+  int64_t group;
+};
+
+std::vector<Case> dense_cases() {
+  auto shape = [](int64_t b, int64_t t, int64_t h, int64_t hv, int64_t k, int64_t v) {
+    Shape s;
+    s.batch = b;
+    s.tokens = t;
+    s.qk_heads = h;
+    s.v_heads = hv;
+    s.key_dim = k;
+    s.value_dim = v;
+    return s;
+  };
+  return {
+      {shape(1, 200, 2, 2, 64, 64), false, 1},     // r = 1, ragged last chunk (200 = 3*64 + 8)
+      {shape(2, 130, 2, 4, 128, 64), true, 1},     // r = 2, batch, initial state, ragged
+      {shape(1, 256, 1, 4, 128, 128), true, 3},    // r = 4, G = 3
+      {shape(1, 64, 2, 2, 32, 128), false, 2},     // exactly one chunk
+      {shape(1, 7, 1, 2, 16, 16), true, 1},        // shorter than a chunk
+      {shape(1, 333, 2, 4, 128, 128), false, 4},   // Qwen-like head dims, ragged, G = 4
+      {shape(1, 150, 1, 1, 48, 80), true, 1},      // V = 80: 16-column tiles
+  };
+}
+
+}  // namespace
+
+TEST_CASE("CUDA dense exact matches the float64 token recurrence", "[gpu][dense]") {
+  int index = 0;
+  for (const Case& cs : dense_cases()) {
+    for (CudaPrecision precision : {CudaPrecision::float32, CudaPrecision::bfloat16}) {
+      const bool bf16 = precision == CudaPrecision::bfloat16;
+      Inputs<float> in = random_inputs(cs.shape, cs.initial_state, 1000 + uint64_t(index));
+      // The reference sees exactly the inputs the GPU sees: bf16-rounded where the GPU reads bf16.
+      Inputs<float> seen = in;
+      if (bf16)
+        for (Tensor<float>* x : {&seen.q, &seen.k, &seen.v, &seen.beta})
+          for (auto& value : x->values()) {
+            uint32_t bits;
+            std::memcpy(&bits, &value, 4);
+            bits += 0x7fffu + ((bits >> 16) & 1u);
+            bits &= 0xffff0000u;
+            std::memcpy(&value, &bits, 4);
+          }
+      const TokenRecurrenceResult ref = token_recurrence(seen.cast<double>());
+      // Against the original fp32 inputs too: what a user of bf16 loses in total.
+      const TokenRecurrenceResult ref_fp32 = token_recurrence(in.cast<double>());
+      Strategies s = make_strategies("exact", {}, "survival", "dense", {}, 64, cs.group, Granularity::pair);
+      CudaRunOptions options;
+      options.input_precision = precision;
+      const EngineResult<float> gpu = run_cuda(in, s.config, options);
+      const double err_o = rel_error(gpu.o, ref.o);
+      const double err_s = rel_error(gpu.final_state, ref.final_state);
+      const double err_total = rel_error(gpu.o, ref_fp32.o);
+      std::printf("dense %s T=%lld H=%lld HV=%lld K=%lld V=%lld S0=%d G=%lld: rel err o %.3e state %.3e (vs fp32 inputs %.3e)\n",
+                  bf16 ? "bf16" : "fp32", (long long)cs.shape.tokens, (long long)cs.shape.qk_heads,
+                  (long long)cs.shape.v_heads, (long long)cs.shape.key_dim, (long long)cs.shape.value_dim,
+                  int(cs.initial_state), (long long)cs.group, err_o, err_s, err_total);
+      INFO("case " << index << (bf16 ? " bf16" : " fp32"));
+      CHECK(err_o <= 1e-4);
+      CHECK(err_s <= 1e-4);
+      CHECK(err_total <= (bf16 ? 1e-2 : 1e-4));
+      for (uint8_t m : gpu.event_mask.values()) REQUIRE(m == 1);
+    }
+    ++index;
+  }
+}
+
+TEST_CASE("CUDA sparse engine matches the CPU engine: masks, budgets, outputs, snapshots", "[gpu][sparse]") {
+  Shape shape;
+  shape.batch = 2;
+  shape.tokens = 64 * 12 + 20;  // 13 chunks, ragged
+  shape.qk_heads = 2;
+  shape.v_heads = 4;
+  shape.key_dim = 64;
+  shape.value_dim = 64;
+  const Inputs<float> in = random_inputs(shape, true, 77);
+  struct Sel {
+    std::string name;
+    std::map<std::string, std::string> params;
+  };
+  const std::vector<Sel> selectors = {{"dense", {}},
+                                      {"random", {{"rho", "0.3"}, {"seed", "5"}}},
+                                      {"stride", {{"rho", "0.3"}}},
+                                      {"topk", {{"rho", "0.3"}}},
+                                      {"head_budget", {{"rho", "0.29"}}},
+                                      {"head_budget", {{"rho", "0.4"}, {"min_per_head", "2"}}},
+                                      {"threshold", {{"tau", "1.0"}}}};
+  struct Solv {
+    std::string name;
+    std::map<std::string, std::string> params;
+  };
+  const std::vector<Solv> solvers = {{"exact", {}},
+                                     {"block_adjacent", {{"block", "16"}, {"band", "1"}}},
+                                     {"block_adjacent", {{"block", "16"}, {"band", "0"}}}};
+  int runs = 0, mask_mismatch_runs = 0;
+  double worst_o = 0;
+  for (const Sel& sel : selectors)
+    for (const std::string score : {"survival", "update_norm"})
+      for (Granularity gran : {Granularity::pair, Granularity::head})
+        for (const Solv& solv : solvers)
+          for (int64_t group : {1, 2}) {
+            Strategies s = make_strategies(solv.name, solv.params, score, sel.name, sel.params, 64, group, gran);
+            s.config.keep_snapshots = true;
+            const EngineResult<float> cpu = run_cpu(in, s.config);
+            const EngineResult<float> gpu = run_cuda(in, s.config, CudaRunOptions{});
+            ++runs;
+            INFO("selector " << sel.name << " score " << score << " granularity " << granularity_name(gran)
+                             << " solver " << solv.name << (solv.params.count("band") ? solv.params.at("band") : "")
+                             << " G " << group);
+            REQUIRE(gpu.event_mask.dims() == cpu.event_mask.dims());
+            const double err_score = rel_error(gpu.event_score, cpu.event_score);
+            CHECK(err_score <= 1e-4);
+            bool same_mask = gpu.event_mask.values() == cpu.event_mask.values();
+            if (!same_mask) ++mask_mismatch_runs;
+            CHECK(same_mask);
+            if (!same_mask) continue;
+            CHECK(gpu.budget.values() == cpu.budget.values());
+            const double err_o = rel_error(gpu.o, cpu.o);
+            const double err_s = rel_error(gpu.final_state, cpu.final_state);
+            worst_o = std::max(worst_o, std::max(err_o, err_s));
+            CHECK(err_o <= 1e-4);
+            CHECK(err_s <= 1e-4);
+            REQUIRE(gpu.snapshot_index.values() == cpu.snapshot_index.values());
+            CHECK(rel_error(gpu.snapshots, cpu.snapshots) <= 1e-4);
+          }
+  std::printf("sparse vs run_cpu: %d configurations, %d with a different mask, worst rel err (o, state) %.3e\n", runs,
+              mask_mismatch_runs, worst_o);
+}
+
+TEST_CASE("CUDA packed variable-length batch matches per-sequence references", "[gpu][varlen]") {
+  const std::vector<int64_t> lengths = {130, 64, 1, 257, 40};
+  for (bool bf16 : {false, true}) {
+    const int H = 2, HV = 4, K = 128, V = 128;
+    int64_t total = 0;
+    for (int64_t l : lengths) total += l;
+    Shape packed_shape;
+    packed_shape.batch = 1;
+    packed_shape.tokens = total;
+    packed_shape.qk_heads = H;
+    packed_shape.v_heads = HV;
+    packed_shape.key_dim = K;
+    packed_shape.value_dim = V;
+    Inputs<float> packed = random_inputs(packed_shape, false, 4242);
+    const int64_t S = int64_t(lengths.size());
+    std::vector<float> s0(static_cast<size_t>(S * HV * K * V));
+    std::mt19937 rng(3);
+    std::normal_distribution<float> normal(0.f, 0.3f);
+    for (auto& x : s0) x = normal(rng);
+
+    cuda::Problem p;
+    p.num_seqs = S;
+    p.total_tokens = total;
+    p.qk_heads = H;
+    p.v_heads = HV;
+    p.key_dim = K;
+    p.value_dim = V;
+    p.group = 2;
+    p.input_dtype = bf16 ? cuda::DType::bfloat16 : cuda::DType::float32;
+    auto to_bf16 = [](const std::vector<float>& x) {
+      std::vector<uint16_t> out(x.size());
+      for (size_t i = 0; i < x.size(); ++i) {
+        uint32_t bits;
+        std::memcpy(&bits, &x[i], 4);
+        bits += 0x7fffu + ((bits >> 16) & 1u);
+        out[i] = uint16_t(bits >> 16);
+      }
+      return out;
+    };
+    auto upload = [&](const std::vector<float>& host, bool as_bf16) {
+      void* ptr = nullptr;
+      if (as_bf16) {
+        const auto bits = to_bf16(host);
+        REQUIRE(cudaMalloc(&ptr, bits.size() * 2) == cudaSuccess);
+        REQUIRE(cudaMemcpy(ptr, bits.data(), bits.size() * 2, cudaMemcpyHostToDevice) == cudaSuccess);
+      } else {
+        REQUIRE(cudaMalloc(&ptr, host.size() * 4) == cudaSuccess);
+        REQUIRE(cudaMemcpy(ptr, host.data(), host.size() * 4, cudaMemcpyHostToDevice) == cudaSuccess);
+      }
+      return ptr;
+    };
+    std::vector<int32_t> cu(static_cast<size_t>(S + 1), 0);
+    for (int64_t s = 0; s < S; ++s) cu[size_t(s + 1)] = cu[size_t(s)] + int32_t(lengths[size_t(s)]);
+    void* dq = upload(packed.q.values(), bf16);
+    void* dk = upload(packed.k.values(), bf16);
+    void* dv = upload(packed.v.values(), bf16);
+    void* dbeta = upload(packed.beta.values(), bf16);
+    void* dg = upload(packed.g.values(), false);
+    void* ds0 = upload(s0, false);
+    void* dcu = nullptr;
+    REQUIRE(cudaMalloc(&dcu, cu.size() * 4) == cudaSuccess);
+    REQUIRE(cudaMemcpy(dcu, cu.data(), cu.size() * 4, cudaMemcpyHostToDevice) == cudaSuccess);
+    void *dout = nullptr, *dfinal = nullptr, *ws = nullptr;
+    REQUIRE(cudaMalloc(&dout, size_t(total * HV * V) * 4) == cudaSuccess);
+    REQUIRE(cudaMemset(dout, 0xFF, size_t(total * HV * V) * 4) == cudaSuccess);
+    REQUIRE(cudaMalloc(&dfinal, s0.size() * 4) == cudaSuccess);
+    const size_t ws_bytes = cuda::workspace_bytes(p);
+    REQUIRE(ws_bytes > 0);
+    REQUIRE(cudaMalloc(&ws, ws_bytes) == cudaSuccess);
+    cuda::DeviceTensors t;
+    t.q = dq;
+    t.k = dk;
+    t.v = dv;
+    t.g = static_cast<const float*>(dg);
+    t.beta = dbeta;
+    t.cu_seqlens = static_cast<const int32_t*>(dcu);
+    t.initial_state = static_cast<const float*>(ds0);
+    t.o = dout;
+    t.final_state = static_cast<float*>(dfinal);
+    const std::string error = cuda::forward(p, t, ws, ws_bytes, nullptr);
+    REQUIRE(error.empty());
+    REQUIRE(cudaDeviceSynchronize() == cudaSuccess);
+    std::vector<float> out(static_cast<size_t>(total * HV * V)), fin(s0.size());
+    REQUIRE(cudaMemcpy(out.data(), dout, out.size() * 4, cudaMemcpyDeviceToHost) == cudaSuccess);
+    REQUIRE(cudaMemcpy(fin.data(), dfinal, fin.size() * 4, cudaMemcpyDeviceToHost) == cudaSuccess);
+    for (void* ptr : {dq, dk, dv, dbeta, dg, ds0, dcu, dout, dfinal, ws}) cudaFree(ptr);
+
+    // Per-sequence float64 references.
+    double worst = 0;
+    for (int64_t s = 0; s < S; ++s) {
+      Shape one = packed_shape;
+      one.tokens = lengths[size_t(s)];
+      Inputs<double> ref_in = make_inputs<double>(one, true);
+      const int64_t t0 = cu[size_t(s)], len = lengths[size_t(s)];
+      auto copy_rows = [&](const Tensor<float>& src, Tensor<double>& dst, int64_t row) {
+        for (int64_t i = 0; i < len * row; ++i) {
+          float value = src[t0 * row + i];
+          if (bf16 && &src != &packed.g) {
+            uint32_t bits;
+            std::memcpy(&bits, &value, 4);
+            bits += 0x7fffu + ((bits >> 16) & 1u);
+            bits &= 0xffff0000u;
+            std::memcpy(&value, &bits, 4);
+          }
+          dst[i] = value;
+        }
+      };
+      copy_rows(packed.q, ref_in.q, H * K);
+      copy_rows(packed.k, ref_in.k, H * K);
+      copy_rows(packed.v, ref_in.v, HV * V);
+      copy_rows(packed.g, ref_in.g, HV);
+      copy_rows(packed.beta, ref_in.beta, HV);
+      for (int64_t i = 0; i < HV * K * V; ++i) ref_in.initial_state[i] = s0[size_t(s * HV * K * V + i)];
+      const TokenRecurrenceResult ref = token_recurrence(ref_in);
+      Tensor<float> got_o({1, len, HV, V}), got_s({1, HV, K, V});
+      for (int64_t i = 0; i < got_o.size(); ++i) got_o[i] = out[size_t(t0 * HV * V + i)];
+      for (int64_t i = 0; i < got_s.size(); ++i) got_s[i] = fin[size_t(s * HV * K * V + i)];
+      const double err_o = rel_error(got_o, ref.o), err_s = rel_error(got_s, ref.final_state);
+      worst = std::max(worst, std::max(err_o, err_s));
+      INFO("sequence " << s << " of length " << len << (bf16 ? " bf16" : " fp32"));
+      CHECK(err_o <= (bf16 ? 1e-3 : 1e-4));
+      CHECK(err_s <= (bf16 ? 1e-3 : 1e-4));
+    }
+    std::printf("varlen %s, lengths 130,64,1,257,40, G=2, S0: worst rel err %.3e\n", bf16 ? "bf16" : "fp32", worst);
+  }
+}
+
+namespace {
+class NoBandSolver : public sgdn::SolverWith<NoBandSolver> {
+ public:
+  template <class S>
+  void apply_impl(const sgdn::Mat<S>&, sgdn::Mat<S>&) const {}
+  double flops_per_chunk(int64_t, int64_t) const override { return 0; }
+};
+}  // namespace
+
+TEST_CASE("CUDA backend rejects what it cannot run, naming it", "[gpu][errors]") {
+  Shape shape;
+  shape.batch = 1;
+  shape.tokens = 100;
+  shape.qk_heads = 2;
+  shape.v_heads = 4;
+  shape.key_dim = 64;
+  shape.value_dim = 64;
+  const Inputs<float> in = random_inputs(shape, false, 9);
+  Strategies s = make_strategies("exact", {}, "survival", "dense", {}, 64, 1, Granularity::pair);
+
+  NoBandSolver neumann;
+  neumann.init("neumann", Params("solver", {}));
+  EngineConfig config = s.config;
+  config.solver = &neumann;
+  CHECK_THROWS_WITH(run_cuda(in, config, CudaRunOptions{}), Catch::Contains("neumann"));
+
+  Shape wide = shape;
+  wide.key_dim = 256;
+  CHECK_THROWS_WITH(run_cuda(random_inputs(wide, false, 1), s.config, CudaRunOptions{}), Catch::Contains("key_dim"));
+  Shape odd = shape;
+  odd.value_dim = 40;
+  CHECK_THROWS_WITH(run_cuda(random_inputs(odd, false, 1), s.config, CudaRunOptions{}), Catch::Contains("value_dim"));
+
+  EngineConfig big_chunk = s.config;
+  big_chunk.chunk = 128;
+  CHECK_THROWS_WITH(run_cuda(in, big_chunk, CudaRunOptions{}), Catch::Contains("chunk"));
+
+  cuda::Problem p;
+  p.qk_heads = 3;
+  p.v_heads = 4;
+  p.key_dim = p.value_dim = 64;
+  p.total_tokens = 10;
+  CHECK_THAT(cuda::check_problem(p), Catch::Contains("multiple"));
+  CHECK(cuda::workspace_bytes(p) == 0);
+  p.v_heads = 6;
+  CHECK(cuda::check_problem(p).empty());
+  cuda::DeviceTensors t;
+  CHECK_THAT(cuda::forward(p, t, nullptr, 0, nullptr), Catch::Contains("workspace"));
+}
+
+// A small case for compute-sanitizer (memcheck, racecheck): every stage, a ragged chunk, G = 2, snapshots.
+TEST_CASE("CUDA small sparse case for the sanitizers", "[gpu][small]") {
+  Shape shape;
+  shape.batch = 2;
+  shape.tokens = 100;
+  shape.qk_heads = 1;
+  shape.v_heads = 2;
+  shape.key_dim = 32;
+  shape.value_dim = 32;
+  const Inputs<float> in = random_inputs(shape, true, 31);
+  for (const std::string sel : {"topk", "head_budget", "threshold"}) {
+    Strategies s = make_strategies("block_adjacent", {{"block", "8"}, {"band", "1"}}, "survival", sel,
+                                   sel == "threshold" ? std::map<std::string, std::string>{{"tau", "1.0"}}
+                                                      : std::map<std::string, std::string>{{"rho", "0.5"}},
+                                   32, 2, Granularity::head);
+    s.config.keep_snapshots = true;
+    const EngineResult<float> cpu = run_cpu(in, s.config);
+    const EngineResult<float> gpu = run_cuda(in, s.config, CudaRunOptions{});
+    INFO("selector " << sel);
+    CHECK(gpu.event_mask.values() == cpu.event_mask.values());
+    CHECK(rel_error(gpu.o, cpu.o) <= 1e-4);
+    CHECK(rel_error(gpu.final_state, cpu.final_state) <= 1e-4);
+  }
+}

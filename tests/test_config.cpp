@@ -1,0 +1,121 @@
+// Configs (SPEC §11): INI parsing, errors that name the key, sweeps, overrides, stable run ids, shards.
+#include <catch2/catch.hpp>
+
+#include <set>
+
+#include "experiments/config.h"
+
+using namespace sgdn;
+
+namespace {
+
+const char* kSmall = R"(
+[workload]
+kind = random
+tokens = 200
+qk_heads = 2
+v_heads = 4
+key_dim = 16
+value_dim = 16
+
+[run]
+chunk = 32
+
+[solver]
+block = 8
+
+[sweep]
+solver.name = exact, block_adjacent
+selector.name = dense, topk
+selector.rho = 0.1, 0.5
+)";
+
+}  // namespace
+
+TEST_CASE("a sweep expands to its cartesian product without duplicate runs", "[config]") {
+  const Experiment exp = parse_experiment(kSmall, {});
+  const std::vector<RunSpec> runs = exp.expand();
+  // dense ignores rho: 2 solvers x (1 dense + 2 topk) = 6 distinct runs out of 8 points.
+  REQUIRE(runs.size() == 6);
+  std::set<std::string> ids;
+  for (const RunSpec& r : runs) {
+    ids.insert(r.id);
+    CHECK(r.get("workload.tokens") == "200");
+    CHECK(r.get("run.chunk") == "32");
+    CHECK(r.get("selector.score") == "survival");  // a default filled in
+    CHECK(r.resolved.count("workload.path") == 0);  // unused by the random kind
+    if (r.get("solver.name") == "exact") CHECK(r.resolved.count("solver.band") == 0);
+  }
+  CHECK(ids.size() == 6);
+  CHECK(runs[0].workload_id == runs[5].workload_id);
+}
+
+TEST_CASE("run ids are stable and depend only on the keys a run uses", "[config]") {
+  const auto a = parse_experiment(kSmall, {}).expand();
+  const auto b = parse_experiment(kSmall, {}).expand();
+  for (size_t i = 0; i < a.size(); ++i) CHECK(a[i].id == b[i].id);
+  // The same run written with an unused key differs only in that key: same id.
+  const auto exact1 = parse_experiment("[solver]\nname = exact\nband = 1\n", {}).expand();
+  const auto exact2 = parse_experiment("[solver]\nname = exact\nband = 3\n", {}).expand();
+  CHECK(exact1.at(0).id == exact2.at(0).id);
+  const auto ba1 = parse_experiment("[solver]\nname = block_adjacent\nband = 1\n", {}).expand();
+  const auto ba2 = parse_experiment("[solver]\nname = block_adjacent\nband = 3\n", {}).expand();
+  CHECK(ba1.at(0).id != ba2.at(0).id);
+}
+
+TEST_CASE("--set overrides the file, sweep lists included", "[config]") {
+  const auto runs = parse_experiment(kSmall, {"selector.name=topk", "selector.rho = 0.3", "run.group=2"}).expand();
+  REQUIRE(runs.size() == 2);  // only the solver sweep remains
+  for (const RunSpec& r : runs) {
+    CHECK(r.get("selector.name") == "topk");
+    CHECK(r.get("selector.rho") == "0.3");
+    CHECK(r.get("run.group") == "2");
+  }
+}
+
+TEST_CASE("SPEC defaults: the project's default sparse configuration", "[config]") {
+  const RunSpec r = parse_experiment("", {}).expand().at(0);
+  CHECK(r.get("solver.name") == "block_adjacent");
+  CHECK(r.get("solver.band") == "1");
+  CHECK(r.get("solver.block") == "16");
+  CHECK(r.get("selector.name") == "head_budget");
+  CHECK(r.get("selector.rho") == "0.29");
+  CHECK(r.get("selector.score") == "survival");
+  CHECK(r.get("selector.granularity") == "pair");
+  CHECK(r.get("run.chunk") == "64");
+  CHECK(r.get("workload.tokens") == "4096");
+  CHECK(r.get("workload.v_heads") == "32");
+}
+
+TEST_CASE("config errors name the key and what is allowed", "[config]") {
+  CHECK_THROWS_WITH(parse_experiment("[solver]\nbnd = 1\n", {}),
+                    Catch::Contains("unknown config key 'solver.bnd'") && Catch::Contains("band"));
+  CHECK_THROWS_WITH(parse_experiment("[solvers]\nname = exact\n", {}), Catch::Contains("the sections are"));
+  CHECK_THROWS_WITH(parse_experiment("[sweep]\nselector.rhoo = 0.1\n", {}), Catch::Contains("selector.rhoo"));
+  CHECK_THROWS_WITH(parse_experiment("", {"run.chunks=3"}), Catch::Contains("run.chunks"));
+  CHECK_THROWS_WITH(parse_experiment("", {"run.chunk"}), Catch::Contains("section.key=value"));
+  CHECK_THROWS_WITH(parse_experiment("[run]\nchunk = 64\nchunk = 32\n", {}), Catch::Contains("given twice"));
+  CHECK_THROWS_WITH(parse_experiment("[run]\nthis line has no equals sign\n", {}), Catch::Contains("<string>"));
+  auto expand_error = [](const std::string& ini) { return parse_experiment(ini, {}).expand(); };
+  CHECK_THROWS_WITH(expand_error("[selector]\nname = topq\n"),
+                    Catch::Contains("selector.name = 'topq'") && Catch::Contains("head_budget"));
+  CHECK_THROWS_WITH(expand_error("[selector]\nrho = 1.5\n"), Catch::Contains("selector.rho = 1.5 is outside (0, 1]"));
+  CHECK_THROWS_WITH(expand_error("[selector]\nrho = 0\n"), Catch::Contains("selector.rho"));
+  CHECK_THROWS_WITH(expand_error("[solver]\nband = -1\n"), Catch::Contains("solver.band"));
+  CHECK_THROWS_WITH(expand_error("[solver]\nblock = 24\n"), Catch::Contains("does not divide run.chunk"));
+  CHECK_THROWS_WITH(expand_error("[workload]\nv_heads = 24\nqk_heads = 16\n"), Catch::Contains("multiple of qk_heads"));
+  CHECK_THROWS_WITH(expand_error("[workload]\ntokens = 0\n"), Catch::Contains("workload.tokens"));
+  CHECK_THROWS_WITH(expand_error("[workload]\ntokens = many\n"), Catch::Contains("workload.tokens = 'many'"));
+  CHECK_THROWS_WITH(expand_error("[run]\nbackend = tpu\n"), Catch::Contains("allowed: cpu, cuda"));
+  CHECK_THROWS_WITH(expand_error("[run]\nprecision = bfloat16\n"), Catch::Contains("not available on the cpu backend"));
+  CHECK_THROWS_WITH(expand_error("[dump]\nstates = maybe\n"), Catch::Contains("dump.states"));
+  CHECK_THROWS_WITH(expand_error("[workload]\nkind = file\n"), Catch::Contains("workload.path"));
+  CHECK_THROWS_WITH(expand_error("[workload]\nkind = file\npath = /nonexistent/x.h5\n"),
+                    Catch::Contains("/nonexistent/x.h5"));
+}
+
+TEST_CASE("shards partition the runs", "[config]") {
+  CHECK(parse_shard("1/4") == std::make_pair<int64_t, int64_t>(1, 4));
+  CHECK_THROWS_WITH(parse_shard("4/4"), Catch::Contains("0 <= i < n"));
+  CHECK_THROWS_WITH(parse_shard("2"), Catch::Contains("i/n"));
+}

@@ -1,0 +1,179 @@
+// `sgdn run` end to end on tiny sweeps: the HDF5 layout of SPEC §10, resuming an interrupted sweep,
+// skipping finished runs, shards, needle metrics.
+#include <catch2/catch.hpp>
+#include <filesystem>
+#include <fstream>
+#include <random>
+#include <set>
+#include <sstream>
+
+#include "analysis/tables.h"
+#include "core/hdf5_file.h"
+#include "experiments/runner.h"
+
+using namespace sgdn;
+namespace fs = std::filesystem;
+
+namespace {
+
+const char* kSweep = R"(
+[workload]
+kind = random
+tokens = 150
+qk_heads = 2
+v_heads = 4
+key_dim = 16
+value_dim = 16
+
+[run]
+chunk = 32
+
+[solver]
+block = 8
+
+[dump]
+states = true
+
+[sweep]
+solver.name = exact, block_adjacent
+selector.name = dense, topk, head_budget
+selector.rho = 0.25, 0.5
+)";
+
+struct TempDir {
+  fs::path path;
+  TempDir() {
+    path = fs::temp_directory_path() / ("sgdn_test_" + std::to_string(std::random_device{}()));
+    fs::create_directories(path);
+  }
+  ~TempDir() { fs::remove_all(path); }
+};
+
+}  // namespace
+
+TEST_CASE("a sweep writes schema v1 and reruns nothing", "[runner]") {
+  TempDir dir;
+  const std::string out = (dir.path / "exp.h5").string();
+  const Experiment exp = parse_experiment(kSweep, {});
+  std::ostringstream log;
+  RunnerSummary s = run_experiment(exp, {out}, log);
+  CHECK(s.runs == 10);
+  CHECK(s.ran == 10);
+  CHECK(s.merged);
+  CHECK_FALSE(fs::exists(out + ".parts"));
+  CHECK(log.str().find("[10/10]") != std::string::npos);
+
+  const h5::File f = h5::File::open(out);
+  CHECK(f.attr_int("/", "schema_version") == 1);
+  const std::vector<std::string> runs = f.children("/runs");
+  REQUIRE(runs.size() == 10);
+  const std::string wid = f.children("/workloads").at(0);
+  CHECK(f.read<float>("/workloads/" + wid + "/inputs/q").dims() == std::vector<int64_t>{1, 150, 2, 16});
+  CHECK(f.read<float>("/workloads/" + wid + "/exact/o").dims() == std::vector<int64_t>{1, 150, 4, 16});
+  for (const std::string& rid : runs) {
+    const std::string r = "/runs/" + rid;
+    CHECK(f.attr_string(r, "workload") == wid);
+    CHECK(f.attr_string(r, "backend") == "cpu");
+    CHECK(f.attr_int(r, "run.chunk") == 32);
+    CHECK(f.read<float>(r + "/outputs/o").dims() == std::vector<int64_t>{1, 150, 4, 16});
+    CHECK(f.read<uint8_t>(r + "/events/mask").dims() == std::vector<int64_t>{1, 4, 5});
+    CHECK(f.read<float>(r + "/events/score").dims() == std::vector<int64_t>{1, 4, 5});
+    CHECK(f.read<int32_t>(r + "/events/budget").dims() == std::vector<int64_t>{1, 2});
+    CHECK(f.read<float>(r + "/states/snapshots").dim(1) == 16);
+    CHECK(f.read<int32_t>(r + "/states/snapshot_index").dim(1) == 3);
+    CHECK(f.attr_double(r + "/metrics", "output_error") >= 0);
+    CHECK(f.read<double>(r + "/metrics/state_error_per_chunk").dims() == std::vector<int64_t>{5});
+    if (f.attr_string(r, "solver.name") == "exact" && f.attr_string(r, "selector.name") == "dense")
+      CHECK(f.attr_double(r + "/metrics", "output_error") < 1e-6);
+  }
+
+  std::ostringstream again;
+  s = run_experiment(exp, {out}, again);
+  CHECK(s.ran == 0);
+  CHECK(s.already_done == 10);
+}
+
+TEST_CASE("an interrupted sweep resumes with nothing lost or duplicated", "[runner]") {
+  TempDir dir;
+  const std::string out = (dir.path / "exp.h5").string();
+  const Experiment exp = parse_experiment(kSweep, {});
+  std::ostringstream log;
+  RunnerOptions first{out};
+  first.stop_after = 4;  // as if killed after four runs
+  RunnerSummary s = run_experiment(exp, first, log);
+  CHECK(s.ran == 4);
+  CHECK_FALSE(fs::exists(out));  // nothing half-written at the final name
+  CHECK(fs::exists(out + ".parts"));
+  // A run killed while writing leaves a temporary file, never a part with the final name.
+  std::ofstream(out + ".parts/run-rdeadbeef.h5.tmp") << "partial";
+
+  s = run_experiment(exp, {out}, log);
+  CHECK(s.already_done == 4);
+  CHECK(s.ran == 6);
+  const h5::File f = h5::File::open(out);
+  CHECK(f.children("/runs").size() == 10);
+  CHECK(f.children("/workloads").size() == 1);
+
+  // The resumed file holds what an uninterrupted sweep holds.
+  const std::string clean = (dir.path / "clean.h5").string();
+  run_experiment(exp, {clean}, log);
+  const h5::File g = h5::File::open(clean);
+  CHECK(g.children("/runs") == f.children("/runs"));
+  for (const std::string& rid : g.children("/runs")) {
+    CHECK(g.read<float>("/runs/" + rid + "/outputs/o").values() == f.read<float>("/runs/" + rid + "/outputs/o").values());
+  }
+}
+
+TEST_CASE("shards split a sweep and their files together hold every run", "[runner]") {
+  TempDir dir;
+  const Experiment exp = parse_experiment(kSweep, {});
+  std::ostringstream log;
+  std::set<std::string> ids;
+  for (int64_t i = 0; i < 3; ++i) {
+    RunnerOptions o{(dir.path / ("shard" + std::to_string(i) + ".h5")).string()};
+    o.shard_index = i;
+    o.shard_count = 3;
+    run_experiment(exp, o, log);
+    for (const RunRecord& r : read_runs(o.out)) CHECK(ids.insert(r.id).second);
+  }
+  CHECK(ids.size() == 10);
+}
+
+TEST_CASE("needle workloads record accuracy; dense exact recalls", "[runner]") {
+  TempDir dir;
+  const std::string out = (dir.path / "needle.h5").string();
+  const Experiment exp = parse_experiment(R"(
+[workload]
+kind = needle
+tokens = 1024
+qk_heads = 2
+v_heads = 4
+key_dim = 64
+value_dim = 64
+batch = 3
+[solver]
+name = exact
+[selector]
+name = dense
+)",
+                                          {});
+  std::ostringstream log;
+  run_experiment(exp, {out}, log);
+  const std::vector<RunRecord> runs = read_runs(out);
+  REQUIRE(runs.size() == 1);
+  CHECK(parse_double("", runs[0].metrics.at("needle_accuracy")) >= 0.95);
+  CHECK(runs[0].needle_depths.size() == 3);
+  std::ostringstream table;
+  print_analysis(table, runs);
+  CHECK(table.str().find("Needle accuracy") != std::string::npos);
+}
+
+TEST_CASE("a bad config writes nothing", "[runner]") {
+  TempDir dir;
+  const std::string out = (dir.path / "bad.h5").string();
+  std::ostringstream log;
+  const Experiment exp = parse_experiment("[sweep]\nselector.rho = 0.1, 7\n", {});
+  CHECK_THROWS_WITH(run_experiment(exp, {out}, log), Catch::Contains("selector.rho = 7"));
+  CHECK_FALSE(fs::exists(out));
+  CHECK_FALSE(fs::exists(out + ".parts"));
+}
