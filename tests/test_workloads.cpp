@@ -257,6 +257,15 @@ TEST_CASE("needle workload: parameter errors name the key", "[workload][needle]"
   require_error_naming(make({{"needle_spacing", "0"}}), "workload.needle_spacing");
   CHECK_NOTHROW(make({{"task", "multiquery"}, {"needles", "3"}, {"queries", "2"}, {"depths", "10 90"}})());
 
+  // The declared defaults are values: a config that spells every key out with its default is valid, for
+  // each task.
+  std::map<std::string, std::string> defaults;
+  for (const ParamSpec& s : NeedleOptions::param_specs()) defaults[s.key] = s.default_value;
+  for (const char* task : {"single", "multikey", "multivalue", "multiquery"}) {
+    defaults["task"] = task;
+    CHECK_NOTHROW(make(defaults)());
+  }
+
   // Every key the generator reads is declared, with the haystack's.
   std::set<std::string> declared;
   for (const ParamSpec& s : NeedleOptions::param_specs()) declared.insert(s.key);
