@@ -63,7 +63,7 @@ TEST_CASE("run ids are stable and depend only on the keys a run uses", "[config]
   CHECK(ba1.at(0).id != ba2.at(0).id);
 }
 
-TEST_CASE("--set overrides the file, sweep lists included", "[config]") {
+TEST_CASE("overrides given with --set win over the file, sweep lists included", "[config]") {
   const auto runs = parse_experiment(kSmall, {"selector.name=topk", "selector.rho = 0.3", "run.group=2"}).expand();
   REQUIRE(runs.size() == 2);  // only the solver sweep remains
   for (const RunSpec& r : runs) {
