@@ -287,7 +287,10 @@ EngineResult<S> run_cpu(const Inputs<S>& in, const EngineConfig& cfg) {
   double prepass = 0, dense = 0;
   for (int64_t c = 0; c < N; ++c) {
     const double len = double(std::min(C, T - c * C)), kv = len * K * V;
-    prepass += 2 * len * len * K + cfg.solver->flops_per_chunk(int64_t(len), K + V) + 2 * kv;
+    // The score's write norm counts only where the selector reads scores (dense, random and stride do not;
+    // the engine still records the scores for analysis).
+    prepass += 2 * len * len * K + cfg.solver->flops_per_chunk(int64_t(len), K + V) +
+               (cfg.selector->uses_scores() ? 2 * kv : 0.0);
     dense += 2 * len * len * K + len * (len - 1) * (K + V) + 6 * kv + 2 * len * len * (K + V);
   }
   res.flops = flops + prepass * double(B * HV);

@@ -7,6 +7,7 @@
 
 #include "algorithms/prepared_chunk.h"
 #include "core/params.h"
+#include "core/strategy.h"
 #include "core/registry.h"
 
 namespace sgdn {
@@ -16,11 +17,8 @@ struct ScoreContext {
   int64_t group = 1;   // G, the output window of SPEC §6
 };
 
-class Score {
+class Score : public Strategy {
  public:
-  virtual ~Score() = default;
-  const std::string& name() const { return name_; }
-  const Params& params() const { return params_; }
 
   // The statistic of one prepared chunk (computed in parallel over chunks and heads).
   virtual double chunk_statistic(const PreparedChunk<double>& chunk) const = 0;
@@ -29,14 +27,6 @@ class Score {
   virtual void finalize(std::vector<double>& /*stats*/, const std::vector<double>& /*chunk_log_decay*/,
                         const ScoreContext& /*context*/) const {}
 
-  void init(std::string name, Params params) {
-    name_ = std::move(name);
-    params_ = std::move(params);
-  }
-
- private:
-  std::string name_;
-  Params params_;
 };
 
 template <class Derived>

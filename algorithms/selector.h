@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "core/params.h"
+#include "core/strategy.h"
 #include "core/registry.h"
 
 namespace sgdn {
@@ -18,11 +19,8 @@ struct UnitScores {
   double at(int64_t unit, int64_t chunk) const { return values[unit * chunks + chunk]; }
 };
 
-class Selector {
+class Selector : public Strategy {
  public:
-  virtual ~Selector() = default;
-  const std::string& name() const { return name_; }
-  const Params& params() const { return params_; }
 
   // Writes mask[unit * chunks + chunk] = 1 for kept events (the caller zero-fills it). `sequence` is the
   // batch index, so that random selectors draw differently per sequence yet reproducibly.
@@ -30,14 +28,6 @@ class Selector {
   // False for selectors that ignore scores (dense, random, stride): the engine may skip computing them.
   virtual bool uses_scores() const { return true; }
 
-  void init(std::string name, Params params) {
-    name_ = std::move(name);
-    params_ = std::move(params);
-  }
-
- private:
-  std::string name_;
-  Params params_;
 };
 
 Registry<Selector>& selector_registry();

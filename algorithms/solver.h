@@ -6,6 +6,7 @@
 
 #include "algorithms/eigen_types.h"
 #include "core/params.h"
+#include "core/strategy.h"
 #include "core/registry.h"
 
 namespace sgdn {
@@ -18,12 +19,8 @@ struct BandedSolverForm {
   int64_t band = 0;
 };
 
-class Solver {
+class Solver : public Strategy {
  public:
-  virtual ~Solver() = default;
-  const std::string& name() const { return name_; }
-  // The parameters as resolved (defaults filled in): part of a run's identity.
-  const Params& params() const { return params_; }
 
   // rhs <- T_c rhs. `l` is strictly lower triangular (length x length); rhs is length x cols.
   virtual void apply(const Mat<double>& l, Mat<double>& rhs) const = 0;
@@ -35,14 +32,6 @@ class Solver {
   virtual void check_chunk(int64_t /*chunk*/) const {}
   virtual std::optional<BandedSolverForm> banded_form() const { return std::nullopt; }
 
-  void init(std::string name, Params params) {
-    name_ = std::move(name);
-    params_ = std::move(params);
-  }
-
- private:
-  std::string name_;
-  Params params_;
 };
 
 // Implements both precisions from one template member `apply_impl<S>` of Derived.

@@ -1,5 +1,7 @@
 #include "core/hdf5_file.h"
 
+#include "core/params.h"
+
 #include <fcntl.h>
 #include <hdf5.h>
 #include <sys/stat.h>
@@ -833,6 +835,18 @@ std::string format_lossless(float value) {
     if (std::strtof(text, nullptr) == value) break;
   }
   return text;
+}
+
+AttrValue attr_value_from_text(const std::string& text) {
+  try {
+    return AttrValue(parse_int("", text));
+  } catch (const Error&) {
+  }
+  try {
+    return AttrValue(parse_double("", text));
+  } catch (const Error&) {
+  }
+  return AttrValue(text);
 }
 
 }  // namespace sgdn::h5

@@ -156,6 +156,10 @@ class AtomicFile {
 // AtomicFile in one call: `fill` writes the content; `path` appears only if it returns normally.
 void write_atomically(const std::string& path, const std::function<void(File&)>& fill);
 
+// An attribute value from config text: a whole number as int64, another number as float64, anything else
+// as a string, so h5py and HDFView show numbers as numbers.
+AttrValue attr_value_from_text(const std::string& text);
+
 // The shortest decimal text that parses back to exactly `value` (used for attributes read as text).
 std::string format_lossless(double value);
 std::string format_lossless(float value);

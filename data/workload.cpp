@@ -20,18 +20,6 @@ Shape shape_of(const Params& p) {
   return s;
 }
 
-// Attribute values keep their type where they have one, so h5py shows numbers as numbers.
-h5::AttrValue typed_attr(const std::string& text) {
-  try {
-    return h5::AttrValue(parse_int("", text));
-  } catch (const Error&) {
-  }
-  try {
-    return h5::AttrValue(parse_double("", text));
-  } catch (const Error&) {
-  }
-  return h5::AttrValue(text);
-}
 
 }  // namespace
 
@@ -73,7 +61,7 @@ void write_workload(h5::File& file, const std::string& wid, const Workload& w, c
   const std::string root = "/workloads/" + wid;
   if (with_inputs) {
     std::map<std::string, h5::AttrValue> attrs;
-    for (const auto& [key, value] : w.attributes) attrs[key] = typed_attr(value);
+    for (const auto& [key, value] : w.attributes) attrs[key] = h5::attr_value_from_text(value);
     write_workload_inputs(file, wid, w.inputs, attrs);
   } else {
     file.create_group(root);

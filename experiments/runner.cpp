@@ -29,17 +29,6 @@ struct PreparedWorkload {
   std::map<int64_t, Tensor<float>> exact_states;  // by chunk size, computed on demand
 };
 
-h5::AttrValue typed(const std::string& text) {
-  try {
-    return h5::AttrValue(parse_int("", text));
-  } catch (const Error&) {
-  }
-  try {
-    return h5::AttrValue(parse_double("", text));
-  } catch (const Error&) {
-  }
-  return h5::AttrValue(text);
-}
 
 std::string part_of_run(const fs::path& parts, const std::string& rid) { return (parts / ("run-" + rid + ".h5")).string(); }
 std::string part_of_workload(const fs::path& parts, const std::string& wid) {
@@ -140,7 +129,7 @@ void execute_run(const RunSpec& run, PreparedWorkload& pw, const std::string& pa
     const std::string root = "/runs/" + run.id;
     f.create_group(root);
     std::vector<std::string> written = {"events/mask", "events/score", "events/budget", "metrics"};
-    for (const auto& [key, value] : run.resolved) f.set_attr(root, key, typed(value));
+    for (const auto& [key, value] : run.resolved) f.set_attr(root, key, h5::attr_value_from_text(value));
     f.set_attr(root, "workload", run.workload_id);
     f.set_attr(root, "backend", backend);
     f.set_attr(root, "label", run.label());

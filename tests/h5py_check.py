@@ -60,7 +60,11 @@ def main(path):
                 check(idx.dtype == np.int32 and idx.shape == (s.shape[0], 3), "states/snapshot_index")
                 check(s.shape[0] == int(mask.sum()) + B * HV, "one snapshot per selected event plus S0")
             m = r["metrics"]
-            for key in ("output_error", "retention", "flops_ratio", "needle_accuracy"):
+            keys = ["output_error", "retention", "flops_ratio"]
+            if "needle" in f["workloads"][wid]:
+                keys.append("needle_accuracy")
+                check(m["needle_correct"].dtype == np.int32, "needle_correct")
+            for key in keys:
                 check(np.isscalar(m.attrs[key]) and np.isfinite(m.attrs[key]), f"metrics attr {key}")
             check(m["output_error_per_head"].shape == (HV,), "output_error_per_head")
             check(m["state_error_per_chunk"].shape == (N,), "state_error_per_chunk")

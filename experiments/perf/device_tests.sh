@@ -15,11 +15,16 @@ if ls .whl/*.whl >/dev/null 2>&1; then
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
     && export PYTHONPATH=/tmp/site
 fi
-SGDN_CUDA_LIB=$DIST/libsgdn_cuda_capi.so python3 -m pytest -q -s -p no:cacheprovider kernels/python/test_sgdn_cuda.py \
-  2>&1 | tee "$OUT/python_tests.log"; status=$((status | ${PIPESTATUS[0]}))
+if [ "${SGDN_SKIP_PY:-0}" != 1 ]; then
+  SGDN_CUDA_LIB=$DIST/libsgdn_cuda_capi.so python3 -m pytest -q -s -p no:cacheprovider kernels/python/test_sgdn_cuda.py \
+    2>&1 | tee "$OUT/python_tests.log"; status=$((status | ${PIPESTATUS[0]}))
+fi
 for tool in memcheck racecheck; do
   compute-sanitizer --tool $tool --error-exitcode 9 "$DIST/sgdn_gpu_tests" "[small]" 2>&1 | tee "$OUT/sanitizer_$tool.log"
   status=$((status | ${PIPESTATUS[0]}))
 done
+if [ "${SGDN_BENCH:-0}" = 1 ]; then
+  SGDN_CUDA_LIB=$DIST/libsgdn_cuda_capi.so timeout 240 python3 experiments/perf/bench_baseline.py 2>&1 | tee "$OUT/bench_baseline.log"
+fi
 echo "overall status $status" | tee -a "$OUT/device.txt"
 exit $status

@@ -229,131 +229,216 @@ TEST_CASE("CUDA sparse engine matches the CPU engine: masks, budgets, outputs, s
               mask_mismatch_runs, worst_o);
 }
 
-TEST_CASE("CUDA packed variable-length batch matches per-sequence references", "[gpu][varlen]") {
-  const std::vector<int64_t> lengths = {130, 64, 1, 257, 40};
-  for (bool bf16 : {false, true}) {
-    const int H = 2, HV = 4, K = 128, V = 128;
-    int64_t total = 0;
-    for (int64_t l : lengths) total += l;
-    Shape packed_shape;
-    packed_shape.batch = 1;
-    packed_shape.tokens = total;
-    packed_shape.qk_heads = H;
-    packed_shape.v_heads = HV;
-    packed_shape.key_dim = K;
-    packed_shape.value_dim = V;
-    Inputs<float> packed = random_inputs(packed_shape, false, 4242);
-    const int64_t S = int64_t(lengths.size());
-    std::vector<float> s0(static_cast<size_t>(S * HV * K * V));
-    std::mt19937 rng(3);
-    std::normal_distribution<float> normal(0.f, 0.3f);
-    for (auto& x : s0) x = normal(rng);
+namespace {
 
-    cuda::Problem p;
-    p.num_seqs = S;
-    p.total_tokens = total;
-    p.qk_heads = H;
-    p.v_heads = HV;
-    p.key_dim = K;
-    p.value_dim = V;
-    p.group = 2;
-    p.input_dtype = bf16 ? cuda::DType::bfloat16 : cuda::DType::float32;
-    auto to_bf16 = [](const std::vector<float>& x) {
-      std::vector<uint16_t> out(x.size());
-      for (size_t i = 0; i < x.size(); ++i) {
-        uint32_t bits;
-        std::memcpy(&bits, &x[i], 4);
-        bits += 0x7fffu + ((bits >> 16) & 1u);
-        out[i] = uint16_t(bits >> 16);
-      }
-      return out;
-    };
-    auto upload = [&](const std::vector<float>& host, bool as_bf16) {
-      void* ptr = nullptr;
-      if (as_bf16) {
-        const auto bits = to_bf16(host);
-        REQUIRE(cudaMalloc(&ptr, bits.size() * 2) == cudaSuccess);
-        REQUIRE(cudaMemcpy(ptr, bits.data(), bits.size() * 2, cudaMemcpyHostToDevice) == cudaSuccess);
-      } else {
-        REQUIRE(cudaMalloc(&ptr, host.size() * 4) == cudaSuccess);
-        REQUIRE(cudaMemcpy(ptr, host.data(), host.size() * 4, cudaMemcpyHostToDevice) == cudaSuccess);
-      }
-      return ptr;
-    };
-    std::vector<int32_t> cu(static_cast<size_t>(S + 1), 0);
-    for (int64_t s = 0; s < S; ++s) cu[size_t(s + 1)] = cu[size_t(s)] + int32_t(lengths[size_t(s)]);
-    void* dq = upload(packed.q.values(), bf16);
-    void* dk = upload(packed.k.values(), bf16);
-    void* dv = upload(packed.v.values(), bf16);
-    void* dbeta = upload(packed.beta.values(), bf16);
-    void* dg = upload(packed.g.values(), false);
-    void* ds0 = upload(s0, false);
-    void* dcu = nullptr;
-    REQUIRE(cudaMalloc(&dcu, cu.size() * 4) == cudaSuccess);
-    REQUIRE(cudaMemcpy(dcu, cu.data(), cu.size() * 4, cudaMemcpyHostToDevice) == cudaSuccess);
-    void *dout = nullptr, *dfinal = nullptr, *ws = nullptr;
-    REQUIRE(cudaMalloc(&dout, size_t(total * HV * V) * 4) == cudaSuccess);
-    REQUIRE(cudaMemset(dout, 0xFF, size_t(total * HV * V) * 4) == cudaSuccess);
-    REQUIRE(cudaMalloc(&dfinal, s0.size() * 4) == cudaSuccess);
-    const size_t ws_bytes = cuda::workspace_bytes(p);
-    REQUIRE(ws_bytes > 0);
-    REQUIRE(cudaMalloc(&ws, ws_bytes) == cudaSuccess);
-    cuda::DeviceTensors t;
-    t.q = dq;
-    t.k = dk;
-    t.v = dv;
-    t.g = static_cast<const float*>(dg);
-    t.beta = dbeta;
-    t.cu_seqlens = static_cast<const int32_t*>(dcu);
-    t.initial_state = static_cast<const float*>(ds0);
-    t.o = dout;
-    t.final_state = static_cast<float*>(dfinal);
-    const std::string error = cuda::forward(p, t, ws, ws_bytes, nullptr);
-    REQUIRE(error.empty());
-    REQUIRE(cudaDeviceSynchronize() == cudaSuccess);
-    std::vector<float> out(static_cast<size_t>(total * HV * V)), fin(s0.size());
-    REQUIRE(cudaMemcpy(out.data(), dout, out.size() * 4, cudaMemcpyDeviceToHost) == cudaSuccess);
-    REQUIRE(cudaMemcpy(fin.data(), dfinal, fin.size() * 4, cudaMemcpyDeviceToHost) == cudaSuccess);
-    for (void* ptr : {dq, dk, dv, dbeta, dg, ds0, dcu, dout, dfinal, ws}) cudaFree(ptr);
+float round_bf16(float value) {
+  uint32_t bits;
+  std::memcpy(&bits, &value, 4);
+  bits += 0x7fffu + ((bits >> 16) & 1u);
+  bits &= 0xffff0000u;
+  std::memcpy(&value, &bits, 4);
+  return value;
+}
 
-    // Per-sequence float64 references.
-    double worst = 0;
-    for (int64_t s = 0; s < S; ++s) {
-      Shape one = packed_shape;
-      one.tokens = lengths[size_t(s)];
-      Inputs<double> ref_in = make_inputs<double>(one, true);
-      const int64_t t0 = cu[size_t(s)], len = lengths[size_t(s)];
-      auto copy_rows = [&](const Tensor<float>& src, Tensor<double>& dst, int64_t row) {
-        for (int64_t i = 0; i < len * row; ++i) {
-          float value = src[t0 * row + i];
-          if (bf16 && &src != &packed.g) {
-            uint32_t bits;
-            std::memcpy(&bits, &value, 4);
-            bits += 0x7fffu + ((bits >> 16) & 1u);
-            bits &= 0xffff0000u;
-            std::memcpy(&value, &bits, 4);
-          }
-          dst[i] = value;
-        }
-      };
-      copy_rows(packed.q, ref_in.q, H * K);
-      copy_rows(packed.k, ref_in.k, H * K);
-      copy_rows(packed.v, ref_in.v, HV * V);
-      copy_rows(packed.g, ref_in.g, HV);
-      copy_rows(packed.beta, ref_in.beta, HV);
-      for (int64_t i = 0; i < HV * K * V; ++i) ref_in.initial_state[i] = s0[size_t(s * HV * K * V + i)];
-      const TokenRecurrenceResult ref = token_recurrence(ref_in);
-      Tensor<float> got_o({1, len, HV, V}), got_s({1, HV, K, V});
-      for (int64_t i = 0; i < got_o.size(); ++i) got_o[i] = out[size_t(t0 * HV * V + i)];
-      for (int64_t i = 0; i < got_s.size(); ++i) got_s[i] = fin[size_t(s * HV * K * V + i)];
-      const double err_o = rel_error(got_o, ref.o), err_s = rel_error(got_s, ref.final_state);
-      worst = std::max(worst, std::max(err_o, err_s));
-      INFO("sequence " << s << " of length " << len << (bf16 ? " bf16" : " fp32"));
-      CHECK(err_o <= (bf16 ? 1e-3 : 1e-4));
-      CHECK(err_s <= (bf16 ? 1e-3 : 1e-4));
-    }
-    std::printf("varlen %s, lengths 130,64,1,257,40, G=2, S0: worst rel err %.3e\n", bf16 ? "bf16" : "fp32", worst);
+struct VarlenCase {
+  std::vector<int64_t> lengths;
+  int H = 2, HV = 4, K = 128, V = 128, group = 1;
+  bool bf16 = false, out_bf16 = false;
+  // Sparse selection: the reference is run_cpu per sequence with these strategies; dense: token_recurrence.
+  std::string selector = "dense";
+  std::map<std::string, std::string> selector_params;
+  double tolerance = 1e-4;
+};
+
+// Packs random sequences, runs the GPU engine once through the plain-pointer API with cu_seqlens, and
+// checks every sequence against its own reference. Returns the worst relative error.
+double check_varlen(const VarlenCase& vc) {
+  const int H = vc.H, HV = vc.HV, K = vc.K, V = vc.V;
+  int64_t total = 0;
+  for (int64_t l : vc.lengths) total += l;
+  Shape packed_shape;
+  packed_shape.batch = 1;
+  packed_shape.tokens = total;
+  packed_shape.qk_heads = H;
+  packed_shape.v_heads = HV;
+  packed_shape.key_dim = K;
+  packed_shape.value_dim = V;
+  Inputs<float> packed = random_inputs(packed_shape, false, 4242 + uint64_t(total));
+  if (vc.bf16)  // what the GPU reads; the references read the same values
+    for (Tensor<float>* x : {&packed.q, &packed.k, &packed.v, &packed.beta})
+      for (auto& value : x->values()) value = round_bf16(value);
+  const int64_t S = int64_t(vc.lengths.size());
+  std::vector<float> s0(static_cast<size_t>(S * HV * K * V));
+  std::mt19937 rng(3);
+  std::normal_distribution<float> normal(0.f, 0.3f);
+  for (auto& x : s0) x = normal(rng);
+
+  const bool dense = vc.selector == "dense";
+  Strategies strategies = make_strategies("block_adjacent", {{"block", "16"}, {"band", "1"}}, "survival", vc.selector,
+                                          vc.selector_params, 64, vc.group, Granularity::pair);
+  cuda::Problem p;
+  p.num_seqs = S;
+  p.total_tokens = total;
+  p.qk_heads = H;
+  p.v_heads = HV;
+  p.key_dim = K;
+  p.value_dim = V;
+  p.group = vc.group;
+  if (dense) {
+    p.solver_band = -1;
+  } else {
+    p.solver_block = 16;
+    p.solver_band = 1;
+    p.selector = vc.selector == "head_budget" ? cuda::SelectorKind::head_budget
+                 : vc.selector == "topk"      ? cuda::SelectorKind::topk
+                 : vc.selector == "random"    ? cuda::SelectorKind::random
+                 : vc.selector == "stride"    ? cuda::SelectorKind::stride
+                                              : cuda::SelectorKind::threshold;
+    p.rho = strategies.selector->params().get_double("rho", 0.29);
+    p.tau = strategies.selector->params().get_double("tau", 1.0);
+    p.seed = uint64_t(strategies.selector->params().get_int("seed", 0));
+    p.min_per_head = strategies.selector->params().get_int("min_per_head", 0);
   }
+  p.input_dtype = vc.bf16 ? cuda::DType::bfloat16 : cuda::DType::float32;
+  p.output_dtype = vc.out_bf16 ? cuda::DType::bfloat16 : cuda::DType::float32;
+  REQUIRE(cuda::check_problem(p).empty());
+
+  std::vector<void*> allocations;
+  auto upload = [&](const std::vector<float>& host, bool as_bf16) {
+    void* ptr = nullptr;
+    if (as_bf16) {
+      std::vector<uint16_t> bits(host.size());
+      for (size_t i = 0; i < host.size(); ++i) {
+        uint32_t b;
+        std::memcpy(&b, &host[i], 4);
+        bits[i] = uint16_t(b >> 16);  // already rounded
+      }
+      REQUIRE(cudaMalloc(&ptr, bits.size() * 2) == cudaSuccess);
+      REQUIRE(cudaMemcpy(ptr, bits.data(), bits.size() * 2, cudaMemcpyHostToDevice) == cudaSuccess);
+    } else {
+      REQUIRE(cudaMalloc(&ptr, std::max<size_t>(host.size(), 1) * 4) == cudaSuccess);
+      REQUIRE(cudaMemcpy(ptr, host.data(), host.size() * 4, cudaMemcpyHostToDevice) == cudaSuccess);
+    }
+    allocations.push_back(ptr);
+    return ptr;
+  };
+  auto alloc = [&](size_t bytes, int poison) {
+    void* ptr = nullptr;
+    REQUIRE(cudaMalloc(&ptr, std::max<size_t>(bytes, 1)) == cudaSuccess);
+    REQUIRE(cudaMemset(ptr, poison, std::max<size_t>(bytes, 1)) == cudaSuccess);
+    allocations.push_back(ptr);
+    return ptr;
+  };
+  std::vector<int32_t> cu(static_cast<size_t>(S + 1), 0);
+  std::vector<int64_t> chunk_offset(static_cast<size_t>(S + 1), 0);
+  for (int64_t s = 0; s < S; ++s) {
+    cu[size_t(s + 1)] = cu[size_t(s)] + int32_t(vc.lengths[size_t(s)]);
+    chunk_offset[size_t(s + 1)] = chunk_offset[size_t(s)] + num_chunks(vc.lengths[size_t(s)], 64);
+  }
+  const int64_t events = chunk_offset.back() * HV;
+  cuda::DeviceTensors t;
+  t.q = upload(packed.q.values(), vc.bf16);
+  t.k = upload(packed.k.values(), vc.bf16);
+  t.v = upload(packed.v.values(), vc.bf16);
+  t.beta = upload(packed.beta.values(), vc.bf16);
+  t.g = static_cast<const float*>(upload(packed.g.values(), false));
+  t.initial_state = static_cast<const float*>(upload(s0, false));
+  void* dcu = alloc(cu.size() * 4, 0);
+  REQUIRE(cudaMemcpy(dcu, cu.data(), cu.size() * 4, cudaMemcpyHostToDevice) == cudaSuccess);
+  t.cu_seqlens = static_cast<const int32_t*>(dcu);
+  const size_t out_elem = vc.out_bf16 ? 2 : 4;
+  t.o = alloc(size_t(total * HV * V) * out_elem, 0xFF);
+  t.final_state = static_cast<float*>(alloc(s0.size() * 4, 0xFF));
+  t.event_mask = static_cast<uint8_t*>(alloc(size_t(events), 0xFF));
+  const size_t ws_bytes = cuda::workspace_bytes(p);
+  REQUIRE(ws_bytes > 0);
+  void* ws = alloc(ws_bytes, 0);
+  const std::string error = cuda::forward(p, t, ws, ws_bytes, nullptr);
+  REQUIRE(error.empty());
+  REQUIRE(cudaDeviceSynchronize() == cudaSuccess);
+  std::vector<float> out(static_cast<size_t>(total * HV * V)), fin(s0.size());
+  std::vector<uint8_t> mask(static_cast<size_t>(events));
+  if (vc.out_bf16) {
+    std::vector<uint16_t> bits(out.size());
+    REQUIRE(cudaMemcpy(bits.data(), t.o, bits.size() * 2, cudaMemcpyDeviceToHost) == cudaSuccess);
+    for (size_t i = 0; i < bits.size(); ++i) {
+      const uint32_t b = uint32_t(bits[i]) << 16;
+      std::memcpy(&out[i], &b, 4);
+    }
+  } else {
+    REQUIRE(cudaMemcpy(out.data(), t.o, out.size() * 4, cudaMemcpyDeviceToHost) == cudaSuccess);
+  }
+  REQUIRE(cudaMemcpy(fin.data(), t.final_state, fin.size() * 4, cudaMemcpyDeviceToHost) == cudaSuccess);
+  REQUIRE(cudaMemcpy(mask.data(), t.event_mask, mask.size(), cudaMemcpyDeviceToHost) == cudaSuccess);
+  for (void* ptr : allocations) cudaFree(ptr);
+
+  double worst = 0;
+  for (int64_t s = 0; s < S; ++s) {
+    const int64_t t0 = cu[size_t(s)], len = vc.lengths[size_t(s)];
+    INFO("sequence " << s << " of length " << len << (vc.bf16 ? " bf16" : " fp32") << " selector " << vc.selector);
+    Tensor<float> got_s({1, HV, K, V});
+    for (int64_t i = 0; i < got_s.size(); ++i) got_s[i] = fin[size_t(s * HV * K * V + i)];
+    if (len == 0) {  // an empty sequence hands its initial state through
+      for (int64_t i = 0; i < got_s.size(); ++i) REQUIRE(got_s[i] == s0[size_t(s * HV * K * V + i)]);
+      continue;
+    }
+    Shape one = packed_shape;
+    one.tokens = len;
+    Inputs<float> in = make_inputs<float>(one, true);
+    auto copy_rows = [&](const Tensor<float>& src, Tensor<float>& dst, int64_t row) {
+      for (int64_t i = 0; i < len * row; ++i) dst[i] = src[t0 * row + i];
+    };
+    copy_rows(packed.q, in.q, H * K);
+    copy_rows(packed.k, in.k, H * K);
+    copy_rows(packed.v, in.v, HV * V);
+    copy_rows(packed.g, in.g, HV);
+    copy_rows(packed.beta, in.beta, HV);
+    for (int64_t i = 0; i < HV * K * V; ++i) in.initial_state[i] = s0[size_t(s * HV * K * V + i)];
+    Tensor<float> got_o({1, len, HV, V});
+    for (int64_t i = 0; i < got_o.size(); ++i) got_o[i] = out[size_t(t0 * HV * V + i)];
+    double err_o, err_s;
+    if (dense) {
+      const TokenRecurrenceResult ref = token_recurrence(in.cast<double>());
+      err_o = rel_error(got_o, ref.o);
+      err_s = rel_error(got_s, ref.final_state);
+    } else {
+      const EngineResult<float> ref = run_cpu(in, strategies.config);
+      const std::vector<uint8_t> got_mask(mask.begin() + chunk_offset[size_t(s)] * HV,
+                                          mask.begin() + chunk_offset[size_t(s + 1)] * HV);
+      CHECK(got_mask == ref.event_mask.values());
+      err_o = rel_error(got_o, ref.o);
+      err_s = rel_error(got_s, ref.final_state);
+    }
+    worst = std::max(worst, std::max(err_o, err_s));
+    CHECK(err_o <= vc.tolerance);
+    CHECK(err_s <= vc.tolerance);
+  }
+  return worst;
+}
+
+}  // namespace
+
+TEST_CASE("CUDA packed variable-length batch matches per-sequence references", "[gpu][varlen]") {
+  for (bool bf16 : {false, true}) {
+    VarlenCase vc;
+    vc.lengths = {130, 64, 0, 1, 257, 40};
+    vc.bf16 = bf16;
+    vc.group = 2;
+    const double dense_err = check_varlen(vc);
+    std::printf("varlen dense %s, lengths 130,64,0,1,257,40, G=2, S0: worst rel err %.3e\n", bf16 ? "bf16" : "fp32",
+                dense_err);
+    vc.selector = "head_budget";
+    vc.selector_params = {{"rho", "0.3"}};
+    const double sparse_err = check_varlen(vc);
+    std::printf("varlen head_budget %s vs run_cpu per sequence: worst rel err %.3e\n", bf16 ? "bf16" : "fp32",
+                sparse_err);
+  }
+  VarlenCase out16;
+  out16.lengths = {100, 200};
+  out16.bf16 = out16.out_bf16 = true;
+  out16.tolerance = 1e-2;  // bf16 output rounding
+  const double err = check_varlen(out16);
+  std::printf("varlen dense bf16 in / bf16 out: worst rel err %.3e\n", err);
 }
 
 namespace {
@@ -416,7 +501,7 @@ TEST_CASE("CUDA small sparse case for the sanitizers", "[gpu][small]") {
   shape.key_dim = 32;
   shape.value_dim = 32;
   const Inputs<float> in = random_inputs(shape, true, 31);
-  for (const std::string sel : {"topk", "head_budget", "threshold"}) {
+  for (const std::string sel : {"topk", "head_budget", "threshold", "random", "stride", "dense"}) {
     Strategies s = make_strategies("block_adjacent", {{"block", "8"}, {"band", "1"}}, "survival", sel,
                                    sel == "threshold" ? std::map<std::string, std::string>{{"tau", "1.0"}}
                                                       : std::map<std::string, std::string>{{"rho", "0.5"}},
@@ -429,4 +514,16 @@ TEST_CASE("CUDA small sparse case for the sanitizers", "[gpu][small]") {
     CHECK(rel_error(gpu.o, cpu.o) <= 1e-4);
     CHECK(rel_error(gpu.final_state, cpu.final_state) <= 1e-4);
   }
+  // The packed path with bf16 inputs and outputs, an empty sequence, and the shared-budget selector.
+  VarlenCase vc;
+  vc.lengths = {40, 0, 70};
+  vc.H = 1;
+  vc.HV = 2;
+  vc.K = vc.V = 32;
+  vc.bf16 = vc.out_bf16 = true;
+  vc.tolerance = 1e-2;
+  check_varlen(vc);
+  vc.selector = "head_budget";
+  vc.selector_params = {{"rho", "0.5"}, {"min_per_head", "1"}};
+  check_varlen(vc);
 }

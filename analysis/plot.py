@@ -1,0 +1,478 @@
+#!/usr/bin/env python3
+"""Plots of SparseGDN experiment files (SPEC §8 metrics, §10 HDF5 schema 1).
+
+    /usr/bin/python3 analysis/plot.py FILE.h5 [FILE2.h5 ...] --out DIR
+
+Writes into DIR, skipping (with a note) any plot the files hold no data for:
+  error_vs_rho.png     output error against rho per selector; panels per solver x G, line style per workload kind
+  needle_heatmap.png   needle accuracy over depth x length, one small panel per configuration
+  budgets.png          retention per head group (the events each group received) per configuration
+  state_error.png      mean relative state error after each chunk, one line per selector/rho
+
+Only h5py, numpy and matplotlib (Debian's python3-* packages) are used.
+"""
+import argparse
+import os
+import sys
+from collections import defaultdict
+
+import h5py
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+import matplotlib.ticker  # noqa: E402
+import numpy as np  # noqa: E402
+
+KIND_STYLES = {"random": "-", "needle": "--", "file": ":"}
+RHO_STYLES = ["-", "--", ":", "-."]
+DENSE_COLOUR = "black"
+
+
+# ----------------------------------------------------------------------------------------------- loading
+
+def _plain(value):
+    """An HDF5 attribute as a plain Python str / int / float."""
+    if isinstance(value, bytes):
+        return value.decode()
+    if isinstance(value, np.generic):
+        return value.item()
+    if isinstance(value, np.ndarray) and value.size == 1:
+        return value.reshape(()).item()
+    return value
+
+
+def load_runs(path):
+    """One dict per run: its attrs ('a'), metrics attrs ('m') and metrics datasets ('d'), all read into memory."""
+    if not os.path.isfile(path):
+        raise SystemExit(f"plot.py: {path}: no such file")
+    if not h5py.is_hdf5(path):
+        raise SystemExit(f"plot.py: {path}: not an HDF5 file")
+    runs = []
+    try:
+        with h5py.File(path, "r") as f:
+            if "runs" not in f:
+                raise SystemExit(f"plot.py: {path}: no /runs group (not a SparseGDN experiment file?)")
+            for rid, group in f["runs"].items():
+                metrics = group.get("metrics")
+                if metrics is None:
+                    continue
+                runs.append({
+                    "file": path,
+                    "id": rid,
+                    "a": {k: _plain(v) for k, v in group.attrs.items()},
+                    "m": {k: _plain(v) for k, v in metrics.attrs.items()},
+                    "d": {k: np.asarray(v[()]) for k, v in metrics.items() if isinstance(v, h5py.Dataset)},
+                })
+    except OSError as err:
+        raise SystemExit(f"plot.py: {path}: cannot read: {err}")
+    return runs
+
+
+# ----------------------------------------------------------------------------------------------- labels
+
+def solver_label(run):
+    a = run["a"]
+    name = a.get("solver.name", "?")
+    if name == "block_adjacent":
+        return f"{name} (band {a.get('solver.band', '?')})"
+    return name
+
+
+def make_selector_labeller(runs):
+    """Selector name, with score / granularity added only where runs of that selector differ in them."""
+    varying = defaultdict(lambda: defaultdict(set))
+    for run in runs:
+        a = run["a"]
+        for key in ("selector.score", "selector.granularity"):
+            varying[a.get("selector.name", "?")][key].add(a.get(key))
+
+    def label(run):
+        a = run["a"]
+        name = a.get("selector.name", "?")
+        extra = [str(a.get(k)) for k in ("selector.score", "selector.granularity") if len(varying[name][k]) > 1]
+        return "/".join([name] + extra)
+    return label
+
+
+def budget_text(run):
+    """'rho=0.29', 'tau=1.5' or '' (dense)."""
+    a = run["a"]
+    if "selector.rho" in a and a.get("selector.name") != "dense":
+        return f"rho={a['selector.rho']:g}"
+    if "selector.tau" in a:
+        return f"tau={a['selector.tau']:g}"
+    return ""
+
+
+def is_dense(run):
+    return run["a"].get("selector.name") == "dense"
+
+
+def is_threshold(run):
+    return "selector.tau" in run["a"] and "selector.rho" not in run["a"]
+
+
+def colour_map(labels):
+    cycle = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+    others = [lab for lab in sorted(labels) if lab != "dense"]
+    colours = {lab: cycle[i % len(cycle)] for i, lab in enumerate(others)}
+    colours["dense"] = DENSE_COLOUR
+    return colours
+
+
+def panel_keys(runs):
+    """(solver label, G) pairs present, sorted."""
+    return sorted({(solver_label(r), int(r["a"].get("run.group", 1))) for r in runs})
+
+
+def grid(n_rows, n_cols, width=4.2, height=3.4):
+    fig, axes = plt.subplots(n_rows, n_cols, figsize=(width * n_cols, height * n_rows), squeeze=False)
+    return fig, axes
+
+
+def label_log_axis(ax):
+    """On a log y axis spanning under two decades, label the minor ticks too (otherwise few or no labels show)."""
+    lo, hi = ax.get_ylim()
+    if lo > 0 and hi / lo < 100:
+        ax.yaxis.set_minor_formatter(matplotlib.ticker.FormatStrFormatter("%.2g"))
+        ax.tick_params(axis="y", which="minor", labelsize=7)
+
+
+def log_range(sparse, dense):
+    """y limits for a log axis: the sparse values, widened to take in dense references unless they lie more
+    than a decade and a half below (dense with the exact solver is ~1e-7 and would flatten every line)."""
+    sparse = np.asarray([v for v in sparse if np.isfinite(v) and v > 0])
+    if sparse.size == 0:
+        return None, None
+    lo, hi = sparse.min(), sparse.max()
+    near = [v for v in dense if np.isfinite(v) and v > 0 and v >= lo / 30]
+    if near:
+        lo, hi = min(lo, min(near)), max(hi, max(near))
+    return lo / 1.5, hi * 1.5
+
+
+def save(fig, out_dir, name):
+    path = os.path.join(out_dir, name)
+    fig.savefig(path, dpi=110, bbox_inches="tight")
+    plt.close(fig)
+    print(path)
+
+
+# ----------------------------------------------------------------------------------------------- plot 1
+
+def plot_error_vs_rho(runs, out_dir, sel_label):
+    runs = [r for r in runs if "output_error" in r["m"]]
+    if not runs:
+        print("plot.py: no output_error metrics: skipping error_vs_rho.png")
+        return
+    solvers = sorted({solver_label(r) for r in runs})
+    groups = sorted({int(r["a"].get("run.group", 1)) for r in runs})
+    kinds = sorted({r["a"].get("workload.kind", "?") for r in runs})
+    colours = colour_map({sel_label(r) for r in runs})
+    any_threshold = any(is_threshold(r) for r in runs)
+    rhos = sorted({float(r["a"]["selector.rho"]) for r in runs if "selector.rho" in r["a"] and not is_dense(r)})
+    # the shared y range follows the sparse runs; a dense reference far below it is named, not drawn
+    lo, hi = log_range([r["m"]["output_error"] for r in runs if not is_dense(r)],
+                       [r["m"]["output_error"] for r in runs if is_dense(r)])
+    fig, axes = plt.subplots(len(solvers), len(groups), figsize=(5.0 * len(groups), 3.8 * len(solvers)),
+                             squeeze=False, sharey=True)
+    for i, solver in enumerate(solvers):
+        for j, group in enumerate(groups):
+            ax = axes[i][j]
+            here = [r for r in runs if solver_label(r) == solver and int(r["a"].get("run.group", 1)) == group]
+            off_axis = []
+            for kind in kinds:
+                style = KIND_STYLES.get(kind, "-.")
+                of_kind = [r for r in here if r["a"].get("workload.kind", "?") == kind]
+                dense = [r["m"]["output_error"] for r in of_kind if is_dense(r)]
+                if dense:
+                    err = float(np.mean(dense))
+                    if lo is None or lo <= err <= hi:
+                        ax.axhline(err, color=DENSE_COLOUR, ls=style, lw=1.0, alpha=0.7)
+                        ax.annotate(f"dense ({kind}) {err:.2g}", xy=(0.99, err),
+                                    xycoords=("axes fraction", "data"), xytext=(0, 2), textcoords="offset points",
+                                    ha="right", va="bottom", fontsize=7)
+                    else:
+                        off_axis.append(f"dense ({kind}) {err:.2g}")
+                by_sel = defaultdict(lambda: defaultdict(list))
+                thresholds = defaultdict(lambda: defaultdict(list))  # selector -> tau -> (retention, error)
+                for r in of_kind:
+                    if is_dense(r):
+                        continue
+                    if is_threshold(r):
+                        thresholds[sel_label(r)][float(r["a"]["selector.tau"])].append(
+                            (r["m"].get("retention", np.nan), r["m"]["output_error"]))
+                    elif "selector.rho" in r["a"]:
+                        by_sel[sel_label(r)][float(r["a"]["selector.rho"])].append(r["m"]["output_error"])
+                for lab, points in sorted(by_sel.items()):
+                    xs = sorted(points)
+                    ax.plot(xs, [np.mean(points[x]) for x in xs], ls=style, marker="o", ms=4, color=colours[lab],
+                            label=lab)
+                for lab, by_tau in sorted(thresholds.items()):
+                    # one point per tau: mean measured retention (x) and mean error (y) over the workloads
+                    pts = sorted((np.mean([p[0] for p in v]), np.mean([p[1] for p in v]), tau)
+                                 for tau, v in by_tau.items())
+                    ax.plot([p[0] for p in pts], [p[1] for p in pts], ls=style, marker="^", ms=6,
+                            color=colours[lab], label=f"{lab} (tau, at measured retention)")
+                    for x, y, tau in pts:
+                        ax.annotate(f"tau={tau:g}", (x, y), xytext=(3, 3), textcoords="offset points", fontsize=7,
+                                    color=colours[lab])
+            if off_axis:
+                ax.text(0.01, 0.02, "off axis: " + ", ".join(off_axis), transform=ax.transAxes, fontsize=7,
+                        va="bottom", bbox=dict(facecolor="white", alpha=0.8, lw=0))
+            ax.set_yscale("log")
+            if lo is not None:
+                ax.set_ylim(lo, hi)
+            label_log_axis(ax)
+            if 0 < len(rhos) <= 8 and not any_threshold:
+                ax.set_xticks(rhos)
+            ax.set_title(f"{solver}, G={group}", fontsize=10)
+            ax.grid(True, which="both", alpha=0.3)
+            if i == len(solvers) - 1:
+                ax.set_xlabel("rho; threshold runs: measured retention" if any_threshold else "rho")
+            if j == 0:
+                ax.set_ylabel("output error (relative)")
+    handles, labels = [], []
+    for ax in axes.ravel():
+        for h, lab in zip(*ax.get_legend_handles_labels()):
+            if lab not in labels:
+                handles.append(plt.Line2D([], [], color=h.get_color(), marker=h.get_marker(), ls="-"))
+                labels.append(lab)
+    for kind in kinds:
+        handles.append(plt.Line2D([], [], color="grey", ls=KIND_STYLES.get(kind, "-.")))
+        labels.append(f"workload: {kind}")
+    if any(is_dense(r) for r in runs):
+        handles.append(plt.Line2D([], [], color=DENSE_COLOUR, lw=1.0))
+        labels.append("dense (reference)")
+    fig.legend(handles, labels, loc="center left", bbox_to_anchor=(1.0, 0.5), fontsize=8)
+    fig.suptitle("Output error ||O - O_exact|| / ||O_exact|| against rho (mean over workloads of each kind)")
+    fig.tight_layout()
+    save(fig, out_dir, "error_vs_rho.png")
+
+
+# ----------------------------------------------------------------------------------------------- plot 2
+
+def plot_needle_heatmap(runs, out_dir, sel_label):
+    runs = [r for r in runs if r["a"].get("workload.kind") == "needle"
+            and "needle_depths" in r["d"] and "needle_accuracy_by_depth" in r["d"]]
+    if not runs:
+        print("plot.py: no needle runs with needle_depths / needle_accuracy_by_depth: skipping needle_heatmap.png")
+        return
+
+    def config(r):  # dense first, then selectors by name and budget
+        return (0 if is_dense(r) else 1, sel_label(r), budget_text(r))
+    configs = sorted({config(r) for r in runs})
+    several_tasks = len({r["a"].get("workload.task") for r in runs}) > 1
+
+    def row_of(r):  # one row of panels per solver x G (x task when several: they differ too much to average)
+        return (solver_label(r), int(r["a"].get("run.group", 1)),
+                str(r["a"].get("workload.task", "?")) if several_tasks else "")
+    rows = sorted({row_of(r) for r in runs})
+    # every panel uses the same depth x length grid so that axes line up; missing cells stay grey
+    cells = defaultdict(list)  # (config, row, depth, length) -> accuracies
+    for r in runs:
+        row = row_of(r)
+        length = int(r["a"].get("workload.tokens", -1))
+        for depth, acc in zip(r["d"]["needle_depths"].ravel(), r["d"]["needle_accuracy_by_depth"].ravel()):
+            cells[(config(r), row, float(depth), length)].append(float(acc))
+    depths = sorted({k[2] for k in cells})
+    lengths = sorted({k[3] for k in cells})
+    panel_w = max(1.3, 0.6 * len(lengths) + 0.4)
+    panel_h = max(0.9, 0.38 * len(depths) + 0.5)
+    fig, axes = plt.subplots(len(rows), len(configs), squeeze=False, sharex=True, sharey=True,
+                             figsize=(1.6 + panel_w * len(configs), 1.2 + panel_h * len(rows)))
+    cmap = plt.get_cmap("viridis").copy()
+    cmap.set_bad("lightgrey")
+    image = None
+    for i, row in enumerate(rows):
+        for j, cfg in enumerate(configs):
+            ax = axes[i][j]
+            values = np.full((len(depths), len(lengths)), np.nan)
+            for (c, rw, d, t), accs in cells.items():
+                if c == cfg and rw == row:
+                    values[depths.index(d), lengths.index(t)] = np.mean(accs)
+            image = ax.imshow(np.ma.masked_invalid(values), cmap=cmap, vmin=0.0, vmax=1.0, aspect="auto")
+            for (y, x), v in np.ndenumerate(values):
+                if np.isfinite(v):
+                    ax.text(x, y, f"{v:.2f}", ha="center", va="center", fontsize=8,
+                            color="black" if v > 0.5 else "white")
+            ax.set_xticks(range(len(lengths)))
+            ax.set_xticklabels([str(t) for t in lengths], fontsize=7)
+            ax.set_yticks(range(len(depths)))
+            ax.set_yticklabels([f"{d:g}%" for d in depths], fontsize=7)
+            if i == 0:
+                ax.set_title(f"{cfg[1]}\n{cfg[2]}".rstrip(), fontsize=8)
+            if j == 0:
+                ax.set_ylabel(f"{row[0]}\nG={row[1]}{chr(10) + 'task ' + row[2] if row[2] else ''}\n\ndepth", fontsize=8, rotation=0, ha="right", va="center")
+            if i == len(rows) - 1:
+                ax.set_xlabel("tokens", fontsize=8)
+    fig.colorbar(image, ax=axes.ravel().tolist(), shrink=0.9, label="needle accuracy")
+    fig.suptitle("Needle accuracy by queried depth x length (cell = mean over runs; grey = no run)", fontsize=10,
+                 y=1.0 + 0.35 / fig.get_figheight())
+    save(fig, out_dir, "needle_heatmap.png")
+
+
+# ----------------------------------------------------------------------------------------------- plot 3
+
+def plot_budgets(runs, out_dir, sel_label):
+    runs = [r for r in runs if "retention_per_unit" in r["d"] and not is_dense(r)]
+    if not runs:
+        print("plot.py: no sparse runs with retention_per_unit: skipping budgets.png")
+        return
+    # A row per (workload kind, selector, budget); split by solver / G only where they change the budgets.
+    coarse = defaultdict(lambda: defaultdict(list))
+    for r in runs:
+        key = (r["a"].get("workload.kind", "?"), sel_label(r), budget_text(r),
+               str(r["a"].get("selector.granularity", "")))
+        fine = (solver_label(r), int(r["a"].get("run.group", 1)))
+        coarse[key][fine].append(np.asarray(r["d"]["retention_per_unit"], dtype=float).ravel())
+
+    def mean_vec(vectors):
+        width = max(len(v) for v in vectors)
+        padded = np.full((len(vectors), width), np.nan)
+        for i, v in enumerate(vectors):
+            padded[i, :len(v)] = v
+        return np.nanmean(padded, axis=0) if len(vectors) > 1 else padded[0]
+
+    labels, vectors, granularities = [], [], set()
+    for key in sorted(coarse):
+        kind, sel, budget, gran = key
+        granularities.add(gran)
+        per_fine = {fine: mean_vec(v) for fine, v in sorted(coarse[key].items())}
+        vecs = list(per_fine.values())
+        same = all(len(v) == len(vecs[0]) and np.allclose(v, vecs[0], equal_nan=True) for v in vecs)
+        if same:
+            labels.append(f"{kind} | {sel} {budget}")
+            vectors.append(vecs[0])
+        else:
+            for (solver, group), v in per_fine.items():
+                labels.append(f"{kind} | {sel} {budget} | {solver} G={group}")
+                vectors.append(v)
+    width = max(len(v) for v in vectors)
+    table = np.full((len(vectors), width), np.nan)
+    for i, v in enumerate(vectors):
+        table[i, :len(v)] = v
+    fig, ax = plt.subplots(figsize=(max(7.0, 3.5 + 0.8 * width), max(2.6, 1.4 + 0.38 * len(labels))))
+    image = ax.imshow(table, cmap="magma", vmin=0.0, vmax=1.0, aspect="auto")
+    for (y, x), v in np.ndenumerate(table):
+        if np.isfinite(v):
+            ax.text(x, y, f"{v:.2f}", ha="center", va="center", fontsize=8, color="black" if v > 0.5 else "white")
+    ax.set_yticks(range(len(labels)))
+    ax.set_yticklabels(labels, fontsize=8)
+    ax.set_xticks(range(width))
+    unit = "head group (qk head)" if granularities == {"pair"} else (
+        "value head" if granularities == {"head"} else "head group / head (by granularity)")
+    ax.set_xlabel(f"{unit}, in head order")
+    fig.colorbar(image, ax=ax, label="fraction of chunks kept")
+    ax.set_title("Events each head group received (dense omitted: 1 everywhere)", fontsize=10)
+    fig.tight_layout()
+    save(fig, out_dir, "budgets.png")
+
+
+# ----------------------------------------------------------------------------------------------- plot 4
+
+def plot_state_error(runs, out_dir, sel_label):
+    runs = [r for r in runs if "state_error_per_chunk" in r["d"]]
+    if not runs:
+        print("plot.py: no state_error_per_chunk datasets: skipping state_error.png")
+        return
+
+    def row_key(r):  # panel rows: workload kind, and length when several
+        return (r["a"].get("workload.kind", "?"), int(r["a"].get("workload.tokens", -1)))
+
+    def curve_key(r):  # one line per selector configuration, dense first
+        return (0 if is_dense(r) else 1, sel_label(r), budget_text(r))
+
+    # mean curve per (row, solver, G, configuration)
+    collected = defaultdict(list)
+    for r in runs:
+        collected[(row_key(r), solver_label(r), int(r["a"].get("run.group", 1)), curve_key(r))].append(
+            np.asarray(r["d"]["state_error_per_chunk"], dtype=float).ravel())
+    curves = {}
+    for key, arrays in collected.items():
+        n = min(len(a) for a in arrays)
+        curves[key] = np.mean([a[:n] for a in arrays], axis=0)
+    row_keys = sorted({k[0] for k in curves})
+    several_lengths = len({t for _, t in row_keys}) > 1
+    # panel columns: solver x G, with the G values of a solver merged when their curves are identical
+    # (the states do not depend on G in SPEC §6; only the outputs do)
+    columns = []  # (solver, [G values])
+    for solver in sorted({k[1] for k in curves}):
+        groups = sorted({k[2] for k in curves if k[1] == solver})
+        first = {(k[0], k[3]): v for k, v in curves.items() if k[1] == solver and k[2] == groups[0]}
+        same = all(((k[0], k[3]) in first and len(first[(k[0], k[3])]) == len(v)
+                    and np.allclose(first[(k[0], k[3])], v, rtol=1e-6, atol=0))
+                   for k, v in curves.items() if k[1] == solver)
+        columns.extend([(solver, groups)] if same else [(solver, [g]) for g in groups])
+
+    colours = colour_map({sel_label(r) for r in runs})
+    budgets = sorted({budget_text(r) for r in runs if budget_text(r)})
+    budget_style = {b: RHO_STYLES[i % len(RHO_STYLES)] for i, b in enumerate(budgets)}
+    lo, hi = log_range(np.concatenate([v for k, v in curves.items() if k[3][0] == 1] or [np.array([])]),
+                       np.concatenate([v for k, v in curves.items() if k[3][0] == 0] or [np.array([])]))
+    fig, axes = plt.subplots(len(row_keys), len(columns), squeeze=False, sharey=True,
+                             figsize=(4.8 * len(columns), 3.4 * len(row_keys)))
+    for i, rk in enumerate(row_keys):
+        for j, (solver, groups) in enumerate(columns):
+            ax = axes[i][j]
+            off_axis = []
+            here = {k[3]: v for k, v in curves.items() if k[0] == rk and k[1] == solver and k[2] == groups[0]}
+            for (dense, sel, budget), y in sorted(here.items()):
+                label = f"{sel} {budget}".strip()
+                finite = y[np.isfinite(y) & (y > 0)]
+                if dense == 0 and lo is not None and (finite.size == 0 or finite.max() < lo):
+                    off_axis.append(f"{label}: max {finite.max():.2g}" if finite.size else f"{label}: 0")
+                    continue
+                ax.plot(np.arange(len(y)), np.where(y > 0, y, np.nan), color=colours[sel],
+                        ls=budget_style.get(budget, "-"), lw=1.2, label=label)
+            if off_axis:
+                ax.text(0.01, 0.02, "below axis: " + ", ".join(off_axis), transform=ax.transAxes, fontsize=7,
+                        va="bottom", bbox=dict(facecolor="white", alpha=0.8, lw=0))
+            ax.set_yscale("log")
+            if lo is not None:
+                ax.set_ylim(lo, hi)
+            label_log_axis(ax)
+            kind, tokens = rk
+            g_text = ",".join(str(g) for g in groups)
+            ax.set_title(f"{kind}{f' T={tokens}' if several_lengths else ''} | {solver}, G={g_text}", fontsize=9)
+            ax.grid(True, which="both", alpha=0.3)
+            if i == len(row_keys) - 1:
+                ax.set_xlabel("chunk index")
+            if j == 0:
+                ax.set_ylabel("mean ||S_hat - S||_F / ||S||_F")
+    handles, labels = [], []
+    for ax in axes.ravel():
+        for h, lab in zip(*ax.get_legend_handles_labels()):
+            if lab not in labels:
+                handles.append(h)
+                labels.append(lab)
+    fig.legend(handles, labels, loc="center left", bbox_to_anchor=(1.0, 0.5), fontsize=8)
+    fig.suptitle("State error after each chunk (mean over batch and heads; G values merged where identical)")
+    fig.tight_layout()
+    save(fig, out_dir, "state_error.png")
+
+
+# ----------------------------------------------------------------------------------------------- main
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("files", nargs="+", help="experiment files written by `sgdn run`")
+    parser.add_argument("--out", required=True, help="directory for the PNGs (created if missing)")
+    args = parser.parse_args(argv)
+    runs = []
+    for path in args.files:
+        runs.extend(load_runs(path))
+    if not runs:
+        raise SystemExit(f"plot.py: {', '.join(args.files)}: no runs with metrics")
+    os.makedirs(args.out, exist_ok=True)
+    sel_label = make_selector_labeller(runs)
+    plot_error_vs_rho(runs, args.out, sel_label)
+    plot_needle_heatmap(runs, args.out, sel_label)
+    plot_budgets(runs, args.out, sel_label)
+    plot_state_error(runs, args.out, sel_label)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
