@@ -1,6 +1,7 @@
 // The strategy families: shared properties checked for every registered strategy, then the budgets and
 // rules SPEC §7 states for each built-in one.
 #include <catch2/catch.hpp>
+#include <set>
 
 #include "support/test_support.h"
 
@@ -287,4 +288,48 @@ TEST_CASE("bad inputs are errors that name the problem", "[inputs]") {
   EngineConfig bad = cfg;
   bad.group = 0;
   CHECK_THROWS_WITH(run_cpu(good, bad), Catch::Contains("run.group"));
+}
+
+TEST_CASE("every registered score is finite, non-negative and tells chunks apart", "[score]") {
+  const Inputs<double> in = random_inputs(kShape, 8, true);
+  for (const std::string& name : score_registry().names()) {
+    DYNAMIC_SECTION(name) {
+      const auto s = make_strategies("exact", name, "topk", {}, {{"rho", "0.3"}});
+      const auto res = run_cpu(in, config_of(s, kChunk, 2, Granularity::pair));
+      std::set<float> distinct;
+      for (int64_t i = 0; i < res.event_score.size(); ++i) {
+        REQUIRE(std::isfinite(res.event_score[i]));
+        REQUIRE(res.event_score[i] >= 0);
+        distinct.insert(res.event_score[i]);
+      }
+      CHECK(distinct.size() > size_t(res.event_score.size() / 2));
+    }
+  }
+}
+
+TEST_CASE("peak_write of a one-token chunk is that token's write norm", "[score]") {
+  // With chunk = 1 the write is rank one, ‖k uᵀ‖_F = ‖k‖ ‖u‖: peak_write without persistence equals
+  // update_norm.
+  const Inputs<double> in = random_inputs({1, 20, 1, 2, 8, 8}, 12, false);
+  const auto peak = make_strategies("exact", "peak_write", "dense", {}, {{"persistence", "false"}});
+  const auto norm = make_strategies("exact", "update_norm", "dense");
+  const auto a = run_cpu(in, config_of(peak, 1, 1, Granularity::head));
+  const auto b = run_cpu(in, config_of(norm, 1, 1, Granularity::head));
+  for (int64_t i = 0; i < a.event_score.size(); ++i) REQUIRE(a.event_score[i] == Approx(b.event_score[i]).epsilon(1e-5));
+}
+
+TEST_CASE("survival with skip_own_group leaves out the event's own group", "[score]") {
+  const Inputs<double> in = random_inputs(kShape, 9, false);
+  const auto full = make_strategies("exact", "survival", "dense");
+  const auto skip = make_strategies("exact", "survival", "dense", {}, {{"skip_own_group", "true"}});
+  const auto a = run_cpu(in, config_of(full, kChunk, 3, Granularity::head));
+  const auto b = run_cpu(in, config_of(skip, kChunk, 3, Granularity::head));
+  const int64_t N = num_chunks(kShape.tokens, kChunk);
+  for (int64_t i = 0; i < a.event_score.size(); ++i) {
+    REQUIRE(b.event_score[i] <= a.event_score[i] * (1 + 1e-6));
+    if (i % N == N - 1) REQUIRE(b.event_score[i] == 0);
+  }
+  // With G = 1 nothing is skipped.
+  const auto c = run_cpu(in, config_of(skip, kChunk, 1, Granularity::head));
+  for (int64_t i = 0; i < a.event_score.size(); ++i) REQUIRE(c.event_score[i] == Approx(a.event_score[i]));
 }

@@ -5,6 +5,7 @@
 #include <cmath>
 
 #include "algorithms/builtin_strategies.h"
+#include "algorithms/scores/survival_weights.h"
 
 namespace sgdn {
 namespace {
@@ -34,14 +35,6 @@ class SurvivalScore : public ScoreWith<SurvivalScore> {
       }
     }
     for (int64_t c = 0; c < n; ++c) stats[size_t(c)] *= std::max(0.0, persistence[size_t(c)]);
-  }
-
-  // p_c of SPEC §7 for every chunk.
-  static std::vector<double> survival_weights(const std::vector<double>& chunk_log_decay) {
-    const size_t n = chunk_log_decay.size();
-    std::vector<double> p(n, 0.0);
-    for (size_t c = n; c-- > 1;) p[c - 1] = 1.0 + std::exp(chunk_log_decay[c]) * p[c];
-    return p;
   }
 
  private:

@@ -1,0 +1,142 @@
+// The C ABI (kernels/sgdn_cuda.h): bad input returns a status and a message naming the problem, never a
+// crash; a good call gives the same outputs as the C++ backend.
+#include <catch2/catch.hpp>
+
+#include <cuda_runtime_api.h>
+
+#include <cmath>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "kernels/sgdn_cuda.h"
+
+namespace {
+
+struct DeviceArena {
+  std::vector<void*> blocks;
+  void* alloc(size_t bytes) {
+    void* ptr = nullptr;
+    REQUIRE(cudaMalloc(&ptr, bytes) == cudaSuccess);
+    REQUIRE(cudaMemset(ptr, 0, bytes) == cudaSuccess);
+    blocks.push_back(ptr);
+    return ptr;
+  }
+  ~DeviceArena() {
+    for (void* ptr : blocks) cudaFree(ptr);
+  }
+};
+
+std::string last_error() { return sgdn_cuda_last_error(); }
+
+}  // namespace
+
+TEST_CASE("C ABI rejects bad input with a status and a message", "[gpu][capi]") {
+  const int T = 100, H = 2, HV = 4, K = 64, V = 64;
+  sgdn_cuda_config config;
+  sgdn_cuda_default_config(&config);
+  config.total_tokens = T;
+  config.qk_heads = H;
+  config.v_heads = HV;
+  config.key_dim = K;
+  config.value_dim = V;
+  size_t bytes = 0;
+  REQUIRE(sgdn_cuda_workspace_size(&config, &bytes) == SGDN_CUDA_OK);
+  REQUIRE(bytes > 0);
+
+  DeviceArena arena;
+  std::vector<float> host_q(size_t(T * H * K));
+  for (size_t i = 0; i < host_q.size(); ++i) host_q[i] = float(std::sin(double(i))) * 0.1f;
+  sgdn_cuda_tensors t{};
+  t.q = arena.alloc(size_t(T * H * K) * 4);
+  t.k = arena.alloc(size_t(T * H * K) * 4);
+  t.v = arena.alloc(size_t(T * HV * V) * 4);
+  t.g = static_cast<float*>(arena.alloc(size_t(T * HV) * 4));
+  t.beta = arena.alloc(size_t(T * HV) * 4);
+  t.o = arena.alloc(size_t(T * HV * V) * 4);
+  REQUIRE(cudaMemcpy(const_cast<void*>(t.q), host_q.data(), host_q.size() * 4, cudaMemcpyHostToDevice) == cudaSuccess);
+  REQUIRE(cudaMemcpy(const_cast<void*>(t.k), host_q.data(), host_q.size() * 4, cudaMemcpyHostToDevice) == cudaSuccess);
+  void* workspace = arena.alloc(bytes);
+
+  SECTION("a good call succeeds and clears the message") {
+    CHECK(sgdn_cuda_forward(&config, &t, workspace, bytes, nullptr) == SGDN_CUDA_OK);
+    CHECK(cudaDeviceSynchronize() == cudaSuccess);
+    CHECK(last_error().empty());
+    std::vector<float> o(size_t(T * HV * V));
+    REQUIRE(cudaMemcpy(o.data(), t.o, o.size() * 4, cudaMemcpyDeviceToHost) == cudaSuccess);
+    for (float x : o) REQUIRE(std::isfinite(x));
+  }
+  SECTION("null arguments") {
+    CHECK(sgdn_cuda_forward(nullptr, &t, workspace, bytes, nullptr) == SGDN_CUDA_INVALID_ARGUMENT);
+    CHECK(sgdn_cuda_workspace_size(&config, nullptr) == SGDN_CUDA_INVALID_ARGUMENT);
+    sgdn_cuda_tensors missing = t;
+    missing.v = nullptr;
+    CHECK(sgdn_cuda_forward(&config, &missing, workspace, bytes, nullptr) == SGDN_CUDA_INVALID_ARGUMENT);
+    CHECK_THAT(last_error(), Catch::Contains("v is null"));
+  }
+  SECTION("host memory") {
+    sgdn_cuda_tensors host = t;
+    host.q = host_q.data();
+    CHECK(sgdn_cuda_forward(&config, &host, workspace, bytes, nullptr) == SGDN_CUDA_INVALID_ARGUMENT);
+    CHECK_THAT(last_error(), Catch::Contains("q is not device memory"));
+  }
+  SECTION("misaligned pointer") {
+    sgdn_cuda_tensors shifted = t;
+    shifted.k = static_cast<const char*>(t.k) + 4;
+    CHECK(sgdn_cuda_forward(&config, &shifted, workspace, bytes, nullptr) == SGDN_CUDA_INVALID_ARGUMENT);
+    CHECK_THAT(last_error(), Catch::Contains("k is not 16-byte aligned"));
+  }
+  SECTION("HV not a multiple of H") {
+    sgdn_cuda_config bad = config;
+    bad.qk_heads = 3;
+    CHECK(sgdn_cuda_workspace_size(&bad, &bytes) == SGDN_CUDA_INVALID_ARGUMENT);
+    CHECK_THAT(last_error(), Catch::Contains("not a multiple"));
+  }
+  SECTION("unsupported head dims and chunk") {
+    sgdn_cuda_config bad = config;
+    bad.key_dim = 256;
+    CHECK(sgdn_cuda_forward(&bad, &t, workspace, bytes, nullptr) == SGDN_CUDA_UNSUPPORTED);
+    CHECK_THAT(last_error(), Catch::Contains("key_dim = 256"));
+    bad = config;
+    bad.value_dim = 72;
+    CHECK(sgdn_cuda_workspace_size(&bad, &bytes) == SGDN_CUDA_UNSUPPORTED);
+    bad = config;
+    bad.chunk = 128;
+    CHECK(sgdn_cuda_workspace_size(&bad, &bytes) == SGDN_CUDA_UNSUPPORTED);
+  }
+  SECTION("bad codes and ranges") {
+    sgdn_cuda_config bad = config;
+    bad.input_dtype = 7;
+    CHECK(sgdn_cuda_workspace_size(&bad, &bytes) == SGDN_CUDA_INVALID_ARGUMENT);
+    CHECK_THAT(last_error(), Catch::Contains("input_dtype"));
+    bad = config;
+    bad.selector = 42;
+    CHECK(sgdn_cuda_workspace_size(&bad, &bytes) == SGDN_CUDA_INVALID_ARGUMENT);
+    bad = config;
+    bad.selector = SGDN_CUDA_SELECT_TOPK;
+    bad.rho = 1.5;
+    CHECK(sgdn_cuda_workspace_size(&bad, &bytes) == SGDN_CUDA_INVALID_ARGUMENT);
+    CHECK_THAT(last_error(), Catch::Contains("rho"));
+    bad = config;
+    bad.selector = SGDN_CUDA_SELECT_TOPK;
+    bad.score = SGDN_CUDA_SCORE_NONE;
+    CHECK(sgdn_cuda_workspace_size(&bad, &bytes) == SGDN_CUDA_INVALID_ARGUMENT);
+    bad = config;
+    bad.solver_block = 24;
+    CHECK(sgdn_cuda_workspace_size(&bad, &bytes) == SGDN_CUDA_INVALID_ARGUMENT);
+    CHECK_THAT(last_error(), Catch::Contains("divide"));
+  }
+  SECTION("workspace too small") {
+    CHECK(sgdn_cuda_forward(&config, &t, workspace, bytes / 2, nullptr) == SGDN_CUDA_WORKSPACE_TOO_SMALL);
+  }
+  SECTION("several sequences need cu_seqlens") {
+    sgdn_cuda_config packed = config;
+    packed.num_seqs = 2;
+    size_t packed_bytes = 0;
+    REQUIRE(sgdn_cuda_workspace_size(&packed, &packed_bytes) == SGDN_CUDA_OK);
+    void* big = arena.alloc(packed_bytes);
+    CHECK(sgdn_cuda_forward(&packed, &t, big, packed_bytes, nullptr) == SGDN_CUDA_INVALID_ARGUMENT);
+    CHECK_THAT(last_error(), Catch::Contains("cu_seqlens"));
+  }
+  CHECK(cudaGetLastError() == cudaSuccess);  // no sticky error left behind
+}
