@@ -58,6 +58,13 @@ def main():
                 dense_o = out[0]
             ms = time_ms(lambda: sgdn_cuda.chunk_sparse_gdn(q, k, v, g, beta, **cfg))
             kept = out[2]["mask"].float().mean().item()
+            if os.environ.get("BENCH_STAGES") == "1":  # one run with the library's stage timer on
+                torch.cuda.synchronize()
+                os.environ["SGDN_CUDA_STAGE_TIMING"] = "1"
+                sys.stderr.flush()
+                sgdn_cuda.chunk_sparse_gdn(q, k, v, g, beta, **cfg)
+                torch.cuda.synchronize()
+                os.environ.pop("SGDN_CUDA_STAGE_TIMING")
             print(f"T={T} ours {name}: {ms:.3f} ms (kept {kept:.3f})")
         if chunk_gated_delta_rule is not None:
             fla = lambda: chunk_gated_delta_rule(q, k, v, g, beta, scale=K ** -0.5, output_final_state=True)

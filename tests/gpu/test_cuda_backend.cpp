@@ -82,10 +82,10 @@ struct Strategies {
 Strategies make_strategies(const std::string& solver, std::map<std::string, std::string> solver_params,
                            const std::string& score, const std::string& selector,
                            std::map<std::string, std::string> selector_params, int64_t chunk, int64_t group,
-                           Granularity granularity) {
+                           Granularity granularity, std::map<std::string, std::string> score_params = {}) {
   Strategies s;
   s.solver = solver_registry().create(solver, Params("solver", std::move(solver_params)));
-  s.score = score_registry().create(score, Params("selector", {}));
+  s.score = score_registry().create(score, Params("selector", std::move(score_params)));
   s.selector = selector_registry().create(selector, Params("selector", std::move(selector_params)));
   s.config.chunk = chunk;
   s.config.group = group;
@@ -197,11 +197,15 @@ TEST_CASE("CUDA sparse engine matches the CPU engine: masks, budgets, outputs, s
   int runs = 0, mask_mismatch_runs = 0;
   double worst_o = 0;
   for (const Sel& sel : selectors)
-    for (const std::string score : {"survival", "update_norm"})
+    for (const std::string score : {"survival", "update_norm", "survival+skip_own_group"})
       for (Granularity gran : {Granularity::pair, Granularity::head})
         for (const Solv& solv : solvers)
           for (int64_t group : {1, 2}) {
-            Strategies s = make_strategies(solv.name, solv.params, score, sel.name, sel.params, 64, group, gran);
+            const bool skip = score == "survival+skip_own_group";
+            Strategies s = make_strategies(solv.name, solv.params, skip ? "survival" : score, sel.name, sel.params, 64,
+                                           group, gran,
+                                           skip ? std::map<std::string, std::string>{{"skip_own_group", "true"}}
+                                                : std::map<std::string, std::string>{});
             s.config.keep_snapshots = true;
             const EngineResult<float> cpu = run_cpu(in, s.config);
             const EngineResult<float> gpu = run_cuda(in, s.config, CudaRunOptions{});

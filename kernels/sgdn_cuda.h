@@ -1,0 +1,105 @@
+/* SparseGDN CUDA backend: a plain C ABI (SPEC §12) for callers outside C++, e.g. Python through ctypes
+ * (kernels/python/sgdn_cuda.py).
+ *
+ * All tensors are dense, row-major, on the current CUDA device, 16-byte aligned:
+ *   q, k          [total_tokens, H, K]    input dtype (float32 or bfloat16)
+ *   v             [total_tokens, HV, V]   input dtype
+ *   g             [total_tokens, HV]      float32, log decay (<= 0)
+ *   beta          [total_tokens, HV]      input dtype
+ *   cu_seqlens    [num_seqs + 1]          int32 (may be NULL when num_seqs == 1), as in FLA's varlen path
+ *   initial_state [num_seqs, HV, K, V]    float32 or NULL
+ *   o             [total_tokens, HV, V]   output dtype
+ *   final_state   [num_seqs, HV, K, V]    float32 or NULL
+ *   event_mask    uint8, event_score float32: [N_total * HV] or NULL, where sequence s owns the block
+ *                 [off_s * HV, off_{s+1} * HV) laid out [HV, N_s], N_s = ceil(len_s / chunk), off = running sum
+ *   budget        [num_seqs, units] int32 or NULL; units = H (pair granularity) or HV (head)
+ * Every call is asynchronous on `stream`; nothing synchronises. The workspace is caller-owned device memory
+ * of at least sgdn_cuda_workspace_size() bytes. Errors return a status; sgdn_cuda_last_error() gives the
+ * message (per thread).
+ */
+#ifndef SGDN_CUDA_H
+#define SGDN_CUDA_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define SGDN_CUDA_ABI_VERSION 1
+
+typedef struct CUstream_st* sgdn_cuda_stream; /* the same type as cudaStream_t; NULL is the default stream */
+
+typedef enum {
+  SGDN_CUDA_OK = 0,
+  SGDN_CUDA_INVALID_ARGUMENT = 1, /* a null, misaligned or host pointer, or inconsistent sizes */
+  SGDN_CUDA_UNSUPPORTED = 2,      /* valid but not implemented on the GPU (head dim, chunk size, ...) */
+  SGDN_CUDA_WORKSPACE_TOO_SMALL = 3,
+  SGDN_CUDA_CUDA_ERROR = 4        /* a CUDA call failed */
+} sgdn_cuda_status;
+
+typedef enum { SGDN_CUDA_FLOAT32 = 0, SGDN_CUDA_BFLOAT16 = 1 } sgdn_cuda_dtype;
+typedef enum { SGDN_CUDA_SCORE_NONE = 0, SGDN_CUDA_SCORE_UPDATE_NORM = 1, SGDN_CUDA_SCORE_SURVIVAL = 2 } sgdn_cuda_score;
+typedef enum {
+  SGDN_CUDA_SELECT_DENSE = 0,
+  SGDN_CUDA_SELECT_RANDOM = 1,
+  SGDN_CUDA_SELECT_STRIDE = 2,
+  SGDN_CUDA_SELECT_TOPK = 3,
+  SGDN_CUDA_SELECT_HEAD_BUDGET = 4,
+  SGDN_CUDA_SELECT_THRESHOLD = 5
+} sgdn_cuda_selector;
+
+typedef struct {
+  int64_t num_seqs;     /* sequences packed in the batch (>= 1) */
+  int64_t total_tokens; /* tokens of all sequences together */
+  int32_t qk_heads, v_heads, key_dim, value_dim; /* H, HV (multiple of H), K, V (16..128, multiples of 16) */
+  int32_t chunk;         /* C, 1..64 (default 64) */
+  int32_t group;         /* G, output window in chunks (default 1) */
+  int32_t solver_block;  /* b, divides C (default 16) */
+  int32_t solver_band;   /* kept sub-diagonal blocks; < 0 means the exact solver */
+  int32_t score;         /* sgdn_cuda_score */
+  int32_t survival_skip_own_group; /* 0 or 1 */
+  int32_t selector;      /* sgdn_cuda_selector */
+  int32_t head_granularity; /* 0: pair (one decision per head group), 1: head */
+  double rho;            /* (0, 1] */
+  double tau;            /* threshold selector, >= 0 */
+  uint64_t seed;         /* random selector */
+  int64_t min_per_head;  /* head_budget selector, >= 0 */
+  float scale;           /* <= 0: 1 / sqrt(K) */
+  int32_t input_dtype;   /* sgdn_cuda_dtype of q, k, v, beta */
+  int32_t output_dtype;  /* sgdn_cuda_dtype of o */
+} sgdn_cuda_config;
+
+typedef struct {
+  const void* q;
+  const void* k;
+  const void* v;
+  const float* g;
+  const void* beta;
+  const int32_t* cu_seqlens;
+  const float* initial_state;
+  void* o;
+  float* final_state;
+  uint8_t* event_mask;
+  float* event_score;
+  int32_t* budget;
+} sgdn_cuda_tensors;
+
+/* Fills a config with the project's defaults (dense, exact, C = 64, G = 1, survival, float32). */
+void sgdn_cuda_default_config(sgdn_cuda_config* config);
+/* Bytes of device workspace the forward call needs for this configuration. */
+sgdn_cuda_status sgdn_cuda_workspace_size(const sgdn_cuda_config* config, size_t* bytes);
+/* The prefill: outputs, final state, events. */
+sgdn_cuda_status sgdn_cuda_forward(const sgdn_cuda_config* config, const sgdn_cuda_tensors* tensors,
+                                   void* workspace, size_t workspace_bytes, sgdn_cuda_stream stream);
+/* The message of the last failing call on this thread ("" after a success). */
+const char* sgdn_cuda_last_error(void);
+const char* sgdn_cuda_status_name(sgdn_cuda_status status);
+int sgdn_cuda_abi_version(void);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* SGDN_CUDA_H */
