@@ -110,7 +110,7 @@ void print_analysis(std::ostream& out, const std::vector<RunRecord>& runs) {
   }
   // Error, retention, needle accuracy and cost per (solver, selector, rho, G), over workloads.
   struct Agg {
-    int n = 0, needle_n = 0;
+    int n = 0, needle_n = 0, err_n = 0;
     double err = 0, err_max = 0, ret = 0, needle = 0, flops = 0, state = 0, state_dense = 0;
   };
   std::map<std::vector<std::string>, Agg> groups;
@@ -120,8 +120,11 @@ void print_analysis(std::ostream& out, const std::vector<RunRecord>& runs) {
     Agg& a = groups[key];
     ++a.n;
     const double e = metric(r, "output_error");
-    a.err += e;
-    a.err_max = std::max(a.err_max, e);
+    if (!std::isnan(e)) {  // absent without the exact reference
+      a.err += e;
+      a.err_max = std::max(a.err_max, e);
+      ++a.err_n;
+    }
     a.ret += metric(r, "retention");
     a.flops += metric(r, "flops_ratio");
     a.state += metric(r, "state_bytes");
@@ -134,7 +137,7 @@ void print_analysis(std::ostream& out, const std::vector<RunRecord>& runs) {
   }
   std::vector<std::vector<std::string>> rows;
   for (const auto& [key, a] : groups) {
-    rows.push_back({key[0], key[1], key[2], key[3], std::to_string(a.n), sci(a.err / a.n), sci(a.err_max),
+    rows.push_back({key[0], key[1], key[2], key[3], std::to_string(a.n), a.err_n ? sci(a.err / a.err_n) : "-", a.err_n ? sci(a.err_max) : "-",
                     fixed(100 * a.ret / a.n, 1) + "%",
                     a.needle_n ? fixed(100 * a.needle / a.needle_n, 1) + "%" : "-", fixed(a.flops / a.n, 2),
                     fixed(a.state_dense > 0 ? a.state / a.state_dense : 0, 2)});

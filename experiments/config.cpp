@@ -79,6 +79,7 @@ const std::map<std::string, KeySpec>& config_keys() {
     k["run.normalize_qk"] = {"false", "L2-normalise q and k before the run", {}};
     k["run.position_buckets"] = {"8", "position buckets of the output error", {}};
     k["run.state_error"] = {"true", "measure the carried state against the exact one at every chunk", {}};
+    k["run.reference"] = {"true", "compute the float64 exact outputs (output and state error); false keeps task metrics only", {}};
     k["solver.name"] = {"block_adjacent", "intra-chunk solver", solver_registry().names()};
     for (const std::string& name : solver_registry().names()) add_specs(k, "solver", solver_registry().entry(name).params);
     k["selector.name"] = {"head_budget", "event selector", selector_registry().names()};
@@ -210,6 +211,7 @@ RunSpec resolve_run(const Settings& settings) {
   take_bool("run.normalize_qk");
   take_int("run.position_buckets", 1);
   take_bool("run.state_error");
+  take_bool("run.reference");
   // [solver], [selector]: the chosen strategies' parameters only.
   take_section_specs("solver", solver_registry().entry(take("solver.name")).params);
   take_section_specs("selector", selector_registry().entry(take("selector.name")).params);
