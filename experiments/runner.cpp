@@ -90,8 +90,13 @@ EngineResult<float> to_float(EngineResult<S>&& r) {
 
 // Runs one configuration and writes its part file.
 void execute_run(const RunSpec& run, PreparedWorkload& pw, const std::string& part_path) {
-  Inputs<double> inputs = pw.workload.inputs;
-  if (run.get_bool("run.normalize_qk")) l2_normalize_qk(inputs);
+  // A normalised copy only where asked for: long workloads are large.
+  std::optional<Inputs<double>> normalized;
+  if (run.get_bool("run.normalize_qk")) {
+    normalized = pw.workload.inputs;
+    l2_normalize_qk(*normalized);
+  }
+  const Inputs<double>& inputs = normalized ? *normalized : pw.workload.inputs;
   const RunStrategies strategies = make_run_strategies(run);
   EngineConfig config = strategies.engine_config(run);
   const int64_t chunk = config.chunk;
