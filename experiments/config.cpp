@@ -213,9 +213,26 @@ RunSpec resolve_run(const Settings& settings) {
   take_bool("run.state_error");
   take_bool("run.reference");
   // [solver], [selector]: the chosen strategies' parameters only.
+  bool settings_without_score = false;
   take_section_specs("solver", solver_registry().entry(take("solver.name")).params);
-  take_section_specs("selector", selector_registry().entry(take("selector.name")).params);
-  take_section_specs("selector", score_registry().entry(take("selector.score")).params);
+  const std::string selector = take("selector.name");
+  take_section_specs("selector", selector_registry().entry(selector).params);
+  // A selector that ignores scores (dense, random, stride) makes the score key unused: it takes the
+  // default, so sweeping scores does not multiply those runs.
+  if (!selector_registry().create(selector, run.section("selector"))->uses_scores()) {
+    r.erase("selector.score");
+    settings_without_score = true;
+  }
+  const std::string score = settings_without_score ? config_keys().at("selector.score").default_value
+                                                   : take("selector.score");
+  r["selector.score"] = score;
+  for (const ParamSpec& p : score_registry().entry(score).params) {
+    if (settings_without_score) {
+      r["selector." + p.key] = p.default_value;
+    } else {
+      take("selector." + p.key);
+    }
+  }
   take("selector.granularity");
   take_bool("dump.inputs");
   take_bool("dump.outputs");

@@ -119,3 +119,16 @@ TEST_CASE("shards partition the runs", "[config]") {
   CHECK_THROWS_WITH(parse_shard("4/4"), Catch::Contains("0 <= i < n"));
   CHECK_THROWS_WITH(parse_shard("2"), Catch::Contains("i/n"));
 }
+
+TEST_CASE("selectors that ignore scores do not multiply over a score sweep", "[config]") {
+  const auto runs = parse_experiment(R"(
+[sweep]
+selector.name = dense, stride, topk
+selector.score = update_norm, survival, peak_write
+selector.rho = 0.1, 0.2
+)",
+                                     {})
+                        .expand();
+  // dense 1 + stride 2 rho + topk 3 scores x 2 rho
+  CHECK(runs.size() == 9);
+}
