@@ -302,7 +302,11 @@ Experiment parse_experiment(const std::string& ini_text, const std::vector<std::
     // The command line wins over the file, sweep lists included.
     sweep.erase(trim(assignment.substr(0, assignment.find('='))));
   }
-  exp.sweep.assign(sweep.begin(), sweep.end());
+  // Workload keys vary slowest, so consecutive runs share a workload (generated and solved exactly once).
+  for (const auto& entry : sweep)
+    if (entry.first.compare(0, 9, "workload.") == 0) exp.sweep.push_back(entry);
+  for (const auto& entry : sweep)
+    if (entry.first.compare(0, 9, "workload.") != 0) exp.sweep.push_back(entry);
   return exp;
 }
 
