@@ -1,6 +1,8 @@
 // The `file` workload (data/file_workload.h): inputs written in schema v1 read back exactly, and every way a
 // file can be wrong gives an error naming the file, the dataset and what was expected.
 #include <catch2/catch.hpp>
+
+#include "support/scratch_dir.h"
 #include <filesystem>
 #include <fstream>
 #include <random>
@@ -11,22 +13,10 @@
 namespace fs = std::filesystem;
 using namespace sgdn;
 
+using sgdn::test::ScratchDir;
+
 namespace {
 
-struct ScratchDir {
-  fs::path path;
-  ScratchDir() {
-    std::random_device entropy;
-    path = fs::temp_directory_path() /
-           ("sgdn_file_workload_test_" + std::to_string(entropy()) + std::to_string(entropy()));
-    fs::create_directories(path);
-  }
-  ~ScratchDir() {
-    std::error_code ignored;
-    fs::remove_all(path, ignored);
-  }
-  std::string file(const std::string& name) const { return (path / name).string(); }
-};
 
 // Valid inputs whose values are float32-representable, so a float32 round trip gives them back exactly.
 Inputs<double> float_exact_inputs(const Shape& shape, uint64_t seed, bool with_initial_state) {

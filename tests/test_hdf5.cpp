@@ -3,6 +3,8 @@
 #include <hdf5.h>
 
 #include <catch2/catch.hpp>
+
+#include "support/scratch_dir.h"
 #include <cmath>
 #include <cstring>
 #include <filesystem>
@@ -17,30 +19,10 @@ namespace fs = std::filesystem;
 using sgdn::Tensor;
 using namespace sgdn::h5;
 
+using sgdn::test::ScratchDir;
+
 namespace {
 
-// A fresh directory per test case, removed afterwards.
-struct ScratchDir {
-  fs::path path;
-  ScratchDir() {
-    std::random_device entropy;
-    path = fs::temp_directory_path() /
-           ("sgdn_hdf5_test_" + std::to_string(entropy()) + std::to_string(entropy()));
-    fs::create_directories(path);
-  }
-  ~ScratchDir() {
-    std::error_code ignored;
-    fs::remove_all(path, ignored);
-  }
-  std::string file(const std::string& name) const { return (path / name).string(); }
-  // Every entry of the directory, to check that nothing (such as a temporary file) was left behind.
-  std::vector<std::string> entries() const {
-    std::vector<std::string> names;
-    for (const auto& entry : fs::directory_iterator(path)) names.push_back(entry.path().filename().string());
-    std::sort(names.begin(), names.end());
-    return names;
-  }
-};
 
 // Random values spanning the type, with its extremes (and, for floats, NaN, infinities, -0 and denormals)
 // placed at the start so every round trip covers them.

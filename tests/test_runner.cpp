@@ -8,11 +8,13 @@
 #include <sstream>
 
 #include "analysis/tables.h"
+#include "support/scratch_dir.h"
 #include "core/hdf5_file.h"
 #include "experiments/runner.h"
 
 using namespace sgdn;
 namespace fs = std::filesystem;
+using sgdn::test::ScratchDir;
 
 namespace {
 
@@ -40,19 +42,11 @@ selector.name = dense, topk, head_budget
 selector.rho = 0.25, 0.5
 )";
 
-struct TempDir {
-  fs::path path;
-  TempDir() {
-    path = fs::temp_directory_path() / ("sgdn_test_" + std::to_string(std::random_device{}()));
-    fs::create_directories(path);
-  }
-  ~TempDir() { fs::remove_all(path); }
-};
 
 }  // namespace
 
 TEST_CASE("a sweep writes schema v1 and reruns nothing", "[runner]") {
-  TempDir dir;
+  ScratchDir dir;
   const std::string out = (dir.path / "exp.h5").string();
   const Experiment exp = parse_experiment(kSweep, {});
   std::ostringstream log;
@@ -94,7 +88,7 @@ TEST_CASE("a sweep writes schema v1 and reruns nothing", "[runner]") {
 }
 
 TEST_CASE("an interrupted sweep resumes with nothing lost or duplicated", "[runner]") {
-  TempDir dir;
+  ScratchDir dir;
   const std::string out = (dir.path / "exp.h5").string();
   const Experiment exp = parse_experiment(kSweep, {});
   std::ostringstream log;
@@ -125,7 +119,7 @@ TEST_CASE("an interrupted sweep resumes with nothing lost or duplicated", "[runn
 }
 
 TEST_CASE("shards split a sweep and their files together hold every run", "[runner]") {
-  TempDir dir;
+  ScratchDir dir;
   const Experiment exp = parse_experiment(kSweep, {});
   std::ostringstream log;
   std::set<std::string> ids;
@@ -140,7 +134,7 @@ TEST_CASE("shards split a sweep and their files together hold every run", "[runn
 }
 
 TEST_CASE("needle workloads record accuracy; dense exact recalls", "[runner]") {
-  TempDir dir;
+  ScratchDir dir;
   const std::string out = (dir.path / "needle.h5").string();
   const Experiment exp = parse_experiment(R"(
 [workload]
@@ -169,7 +163,7 @@ name = dense
 }
 
 TEST_CASE("a bad config writes nothing", "[runner]") {
-  TempDir dir;
+  ScratchDir dir;
   const std::string out = (dir.path / "bad.h5").string();
   std::ostringstream log;
   const Experiment exp = parse_experiment("[sweep]\nselector.rho = 0.1, 7\n", {});
@@ -179,7 +173,7 @@ TEST_CASE("a bad config writes nothing", "[runner]") {
 }
 
 TEST_CASE("without the reference a needle sweep keeps task metrics only", "[runner]") {
-  TempDir dir;
+  ScratchDir dir;
   const std::string out = (dir.path / "noref.h5").string();
   const Experiment exp = parse_experiment(R"(
 [workload]

@@ -252,6 +252,7 @@ struct VarlenCase {
   std::string selector = "dense";
   std::map<std::string, std::string> selector_params;
   double tolerance = 1e-4;
+  bool tensor_cores = false;  // bf16 tensor-core path: scores may differ in the last bits, so masks may too
 };
 
 // Packs random sequences, runs the GPU engine once through the plain-pointer API with cu_seqlens, and
@@ -305,6 +306,7 @@ double check_varlen(const VarlenCase& vc) {
   }
   p.input_dtype = vc.bf16 ? cuda::DType::bfloat16 : cuda::DType::float32;
   p.output_dtype = vc.out_bf16 ? cuda::DType::bfloat16 : cuda::DType::float32;
+  p.tensor_cores = vc.tensor_cores;
   REQUIRE(cuda::check_problem(p).empty());
 
   std::vector<void*> allocations;
@@ -409,7 +411,18 @@ double check_varlen(const VarlenCase& vc) {
       const EngineResult<float> ref = run_cpu(in, strategies.config);
       const std::vector<uint8_t> got_mask(mask.begin() + chunk_offset[size_t(s)] * HV,
                                           mask.begin() + chunk_offset[size_t(s + 1)] * HV);
-      CHECK(got_mask == ref.event_mask.values());
+      if (vc.tensor_cores) {
+        int64_t differ = 0;
+        for (size_t i = 0; i < got_mask.size(); ++i) differ += got_mask[i] != ref.event_mask.values()[i];
+        CHECK(double(differ) <= 0.05 * double(got_mask.size()));
+        if (differ) {
+          std::printf("  (tensor cores: sequence %lld mask differs in %lld of %zu events; error not compared)\n",
+                      (long long)s, (long long)differ, got_mask.size());
+          continue;
+        }
+      } else {
+        CHECK(got_mask == ref.event_mask.values());
+      }
       err_o = rel_error(got_o, ref.o);
       err_s = rel_error(got_s, ref.final_state);
     }
@@ -443,6 +456,101 @@ TEST_CASE("CUDA packed variable-length batch matches per-sequence references", "
   out16.tolerance = 1e-2;  // bf16 output rounding
   const double err = check_varlen(out16);
   std::printf("varlen dense bf16 in / bf16 out: worst rel err %.3e\n", err);
+}
+
+// The tensor-core path (bf16 inputs, K = V = 128, C = 64): bf16 operands with fp32 accumulation, bf16 U/W.
+// Bound: SPEC §12's bf16 parity, 1e-2 relative against the float64 recurrence.
+TEST_CASE("CUDA tensor-core path matches float64 within the bf16 bound", "[gpu][tc]") {
+  auto shape = [](int64_t b, int64_t t, int64_t h, int64_t hv) {
+    Shape s;
+    s.batch = b;
+    s.tokens = t;
+    s.qk_heads = h;
+    s.v_heads = hv;
+    s.key_dim = 128;
+    s.value_dim = 128;
+    return s;
+  };
+  const std::vector<Case> cases = {{shape(1, 333, 2, 4), false, 1},  {shape(2, 130, 2, 4), true, 1},
+                                   {shape(1, 64 * 21 + 5, 1, 2), true, 2}, {shape(1, 256, 1, 4), true, 3},
+                                   {shape(1, 7, 1, 2), false, 1},     {shape(1, 64 * 40, 2, 4), false, 4}};
+  int index = 0;
+  double worst = 0;
+  for (const Case& cs : cases) {
+    const Inputs<float> in = random_inputs(cs.shape, cs.initial_state, 5000 + uint64_t(index));
+    const TokenRecurrenceResult ref = token_recurrence(in.cast<double>());
+    {
+      Strategies s = make_strategies("exact", {}, "survival", "dense", {}, 64, cs.group, Granularity::pair);
+      for (bool out16 : {false, true}) {
+        CudaRunOptions options;
+        options.input_precision = CudaPrecision::bfloat16;
+        options.output_precision = out16 ? CudaPrecision::bfloat16 : CudaPrecision::float32;
+        options.tensor_cores = true;
+        const EngineResult<float> gpu = run_cuda(in, s.config, options);
+        const double err_o = rel_error(gpu.o, ref.o), err_s = rel_error(gpu.final_state, ref.final_state);
+        std::printf("tc dense T=%lld B=%lld HV=%lld S0=%d G=%lld out %s: rel err o %.3e state %.3e\n",
+                    (long long)cs.shape.tokens, (long long)cs.shape.batch, (long long)cs.shape.v_heads,
+                    int(cs.initial_state), (long long)cs.group, out16 ? "bf16" : "fp32", err_o, err_s);
+        INFO("tc case " << index);
+        CHECK(err_o <= 1e-2);
+        CHECK(err_s <= 1e-2);
+        worst = std::max(worst, std::max(err_o, err_s));
+        for (uint8_t m : gpu.event_mask.values()) REQUIRE(m == 1);
+      }
+    }
+    ++index;
+  }
+  // Sparse: against run_cpu on the bf16-rounded inputs, where the masks agree (scores in bf16 products may
+  // reorder near-ties; at most 5 % of the events may differ).
+  Inputs<float> in = random_inputs(shape(2, 64 * 30 + 20, 2, 4), true, 99);
+  for (Tensor<float>* x : {&in.q, &in.k, &in.v, &in.beta})
+    for (auto& value : x->values()) value = round_bf16(value);
+  int compared = 0;
+  for (const std::string sel : {"head_budget", "topk", "stride", "random"})
+    for (const std::string solver : {"exact", "block_adjacent"})
+      for (int64_t group : {1, 2, 4}) {
+        Strategies s = make_strategies(solver, solver == "exact" ? std::map<std::string, std::string>{}
+                                                                 : std::map<std::string, std::string>{{"block", "16"}, {"band", "1"}},
+                                       "survival", sel, {{"rho", "0.29"}}, 64, group, Granularity::pair);
+        s.config.keep_snapshots = true;
+        const EngineResult<float> cpu = run_cpu(in, s.config);
+        CudaRunOptions options;
+        options.input_precision = CudaPrecision::bfloat16;
+        options.tensor_cores = true;
+        const EngineResult<float> gpu = run_cuda(in, s.config, options);
+        INFO("tc sparse " << sel << " " << solver << " G " << group);
+        CHECK(rel_error(gpu.event_score, cpu.event_score) <= 1e-2);
+        int64_t differ = 0;
+        for (int64_t i = 0; i < gpu.event_mask.size(); ++i) differ += gpu.event_mask[i] != cpu.event_mask[i];
+        CHECK(double(differ) <= 0.05 * double(gpu.event_mask.size()));
+        if (differ) continue;
+        ++compared;
+        const double err_o = rel_error(gpu.o, cpu.o), err_s = rel_error(gpu.final_state, cpu.final_state);
+        worst = std::max(worst, std::max(err_o, err_s));
+        CHECK(err_o <= 1e-2);
+        CHECK(err_s <= 1e-2);
+        REQUIRE(gpu.snapshot_index.values() == cpu.snapshot_index.values());
+        CHECK(rel_error(gpu.snapshots, cpu.snapshots) <= 1e-2);
+      }
+  std::printf("tc sparse vs run_cpu: %d of 24 configurations with equal masks compared\n", compared);
+  CHECK(compared >= 12);
+  VarlenCase vc;
+  vc.lengths = {130, 64, 0, 1, 257, 40, 64 * 9};
+  vc.bf16 = true;
+  vc.tensor_cores = true;
+  vc.tolerance = 1e-2;
+  for (int group : {1, 3}) {
+    vc.group = group;
+    vc.selector = "dense";
+    worst = std::max(worst, check_varlen(vc));
+    vc.selector = "head_budget";
+    vc.selector_params = {{"rho", "0.3"}};
+    worst = std::max(worst, check_varlen(vc));
+  }
+  vc.out_bf16 = true;
+  vc.selector = "dense";
+  worst = std::max(worst, check_varlen(vc));
+  std::printf("tc worst rel err %.3e (bound 1e-2)\n", worst);
 }
 
 namespace {
@@ -530,4 +638,18 @@ TEST_CASE("CUDA small sparse case for the sanitizers", "[gpu][small]") {
   vc.selector = "head_budget";
   vc.selector_params = {{"rho", "0.5"}, {"min_per_head", "1"}};
   check_varlen(vc);
+  // The tensor-core kernels (K = V = 128, bf16): packed, ragged, an empty sequence, G = 2, sparse and dense.
+  VarlenCase tc;
+  tc.lengths = {150, 0, 70};
+  tc.H = 1;
+  tc.HV = 2;
+  tc.bf16 = true;
+  tc.tensor_cores = true;
+  tc.tolerance = 1e-2;
+  tc.group = 2;
+  check_varlen(tc);
+  tc.selector = "head_budget";
+  tc.selector_params = {{"rho", "0.5"}};
+  tc.out_bf16 = true;
+  check_varlen(tc);
 }
