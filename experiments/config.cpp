@@ -83,7 +83,9 @@ const std::map<std::string, KeySpec>& config_keys() {
     k["solver.name"] = {"block_adjacent", "intra-chunk solver", solver_registry().names()};
     for (const std::string& name : solver_registry().names()) add_specs(k, "solver", solver_registry().entry(name).params);
     k["selector.name"] = {"head_budget", "event selector", selector_registry().names()};
-    k["selector.score"] = {"survival", "event score", score_registry().names()};
+    // update_norm, not survival: survival's persistence weight falls to zero for the last chunks, so a needle
+    // written late and read by queries at the end is dropped (needle suite, README "Choosing the default").
+    k["selector.score"] = {"update_norm", "event score", score_registry().names()};
     k["selector.granularity"] = {"pair", "pair: one decision per head group; head: per value head", {"pair", "head"}};
     for (const std::string& name : selector_registry().names())
       add_specs(k, "selector", selector_registry().entry(name).params);

@@ -42,7 +42,7 @@ TEST_CASE("a sweep expands to its cartesian product without duplicate runs", "[c
     ids.insert(r.id);
     CHECK(r.get("workload.tokens") == "200");
     CHECK(r.get("run.chunk") == "32");
-    CHECK(r.get("selector.score") == "survival");  // a default filled in
+    CHECK(r.get("selector.score") == "update_norm");  // a default filled in
     CHECK(r.resolved.count("workload.path") == 0);  // unused by the random kind
     if (r.get("solver.name") == "exact") CHECK(r.resolved.count("solver.band") == 0);
   }
@@ -80,7 +80,7 @@ TEST_CASE("SPEC defaults: the project's default sparse configuration", "[config]
   CHECK(r.get("solver.block") == "16");
   CHECK(r.get("selector.name") == "head_budget");
   CHECK(r.get("selector.rho") == "0.29");
-  CHECK(r.get("selector.score") == "survival");
+  CHECK(r.get("selector.score") == "update_norm");
   CHECK(r.get("selector.granularity") == "pair");
   CHECK(r.get("run.chunk") == "64");
   CHECK(r.get("workload.tokens") == "4096");

@@ -1,0 +1,258 @@
+"""Issue-5 harness: SparseGDN's CUDA backend beside FLA on one GPU, in one process, on the same bf16 inputs.
+
+Qwen3.5 head shape (H = 16, HV = 32, K = V = 128), chunk 64. Layouts: B = 1 at T = 4K..128K, and packed
+4 x 8K and 2 x 16K (cu_seqlens). Configurations:
+  dense           exact solver, every event (score `none`: the dense selector reads no scores)
+  sparse-default  block_adjacent band 1, survival score, head_budget rho = 0.29 (pair granularity), G = 1
+Both sides are timed the same way: one CUDA graph per side holding one call per input set (2 rotating input
+sets when T <= 8K, so the inputs are not served from the 60 MB L2), warm-up replays, then the median of
+timed replays (CUDA events) divided by the calls in the graph. Timed: our whole C ABI forward (chunk table,
+prepare, scores, selection, recurrence, outputs, final state) against FLA's chunk_gated_delta_rule
+(output_final_state=True, FLA_FLASH_QLA=0).
+
+Intermediates: FLA's h tensor N x HV x K x V bf16; ours the U/W workspace (bf16 on the tensor-core path) plus
+the snapshots actually written ((kept events + 1) x K x V fp32 per head).
+
+    SGDN_CUDA_LIB=build-cuda/dist/libsgdn_cuda_capi.so python3 experiments/perf/bench.py [--out DIR] [--quick]
+"""
+import argparse
+import ctypes
+import datetime
+import json
+import math
+import os
+import statistics
+import subprocess
+import sys
+
+os.environ.setdefault("FLA_FLASH_QLA", "0")
+import torch  # noqa: E402
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "kernels", "python"))
+import sgdn_cuda  # noqa: E402
+
+H, HV, K, V, C = 16, 32, 128, 128, 64
+LAYOUTS = [(4096, "1x4K", [4096]), (8192, "1x8K", [8192]), (16384, "1x16K", [16384]), (32768, "1x32K", [32768]),
+           (65536, "1x64K", [65536]), (131072, "1x128K", [131072]), (32768, "4x8K", [8192] * 4),
+           (32768, "2x16K", [16384] * 2)]
+CONFIGS = {
+    "dense": dict(solver="exact", selector="dense", score="none", group=1),
+    "sparse-default": dict(solver="block_adjacent", band=1, selector="head_budget", rho=0.29, score="survival",
+                           group=1),
+}
+
+
+def make_inputs(T, seed):
+    """SPEC §9 `random`: unit-norm q, k; v ~ N(0,1); beta = sigmoid(1.5 n); g = -A_h softplus(x + b_h) with
+    A_h log-uniform in [1, 16] and softplus(b_h) log-uniform in [1e-3, 1e-1] per value head."""
+    gen = torch.Generator(device="cuda").manual_seed(seed)
+    q = torch.nn.functional.normalize(torch.randn(1, T, H, K, device="cuda", generator=gen), dim=-1).bfloat16()
+    k = torch.nn.functional.normalize(torch.randn(1, T, H, K, device="cuda", generator=gen), dim=-1).bfloat16()
+    v = torch.randn(1, T, HV, V, device="cuda", generator=gen).bfloat16()
+    a = torch.exp(torch.rand(HV, device="cuda", generator=gen) * math.log(16.0))
+    sp = torch.exp(math.log(1e-3) + torch.rand(HV, device="cuda", generator=gen) * math.log(100.0))
+    b = torch.log(torch.expm1(sp))  # softplus(b) = sp
+    g = (-a * torch.nn.functional.softplus(torch.randn(1, T, HV, device="cuda", generator=gen) + b)).float()
+    beta = torch.sigmoid(1.5 * torch.randn(1, T, HV, device="cuda", generator=gen)).bfloat16()
+    return q, k, v, g.contiguous(), beta
+
+
+class Ours:
+    """One preallocated call of the C ABI (no allocation or host sync inside, so it can be graph-captured)."""
+
+    def __init__(self, lib, inputs, lengths, cfg):
+        q, k, v, g, beta = inputs
+        T = q.shape[1]
+        self.lib = lib
+        c = sgdn_cuda.Config()
+        lib.sgdn_cuda_default_config(ctypes.byref(c))
+        c.num_seqs, c.total_tokens = len(lengths), T
+        c.qk_heads, c.v_heads, c.key_dim, c.value_dim = H, HV, K, V
+        c.chunk, c.group = C, cfg["group"]
+        exact = cfg["solver"] == "exact"
+        c.solver_block = C if exact else 16
+        c.solver_band = -1 if exact else cfg["band"]
+        c.score = sgdn_cuda.SCORES[cfg["score"]]
+        c.selector = sgdn_cuda.SELECTORS[cfg["selector"]]
+        c.head_granularity = 0
+        c.rho = cfg.get("rho", 1.0)
+        c.input_dtype = c.output_dtype = sgdn_cuda.BFLOAT16
+        c.tensor_cores = 1
+        self.config = c
+        size = ctypes.c_size_t(0)
+        sgdn_cuda._check(lib, lib.sgdn_cuda_workspace_size(ctypes.byref(c), ctypes.byref(size)))
+        self.workspace = torch.empty(size.value, dtype=torch.uint8, device="cuda")
+        cu = [0]
+        for n in lengths:
+            cu.append(cu[-1] + n)
+        self.cu = torch.tensor(cu, dtype=torch.int32, device="cuda")
+        self.n_chunks = sum(math.ceil(n / C) for n in lengths)
+        self.o = torch.empty((1, T, HV, V), dtype=torch.bfloat16, device="cuda")
+        self.final = torch.empty((len(lengths), HV, K, V), dtype=torch.float32, device="cuda")
+        self.mask = torch.empty(self.n_chunks * HV, dtype=torch.uint8, device="cuda")
+        self.score = torch.empty(self.n_chunks * HV, dtype=torch.float32, device="cuda")
+        self.budget = torch.empty((len(lengths), H), dtype=torch.int32, device="cuda")
+        self.tensors = []
+        self.set_inputs(inputs)
+
+    def set_inputs(self, inputs):
+        q, k, v, g, beta = inputs
+        p = lambda t: ctypes.c_void_p(t.data_ptr())
+        self.tensors.append(sgdn_cuda.Tensors(
+            q=p(q), k=p(k), v=p(v), g=p(g), beta=p(beta), cu_seqlens=p(self.cu), initial_state=None, o=p(self.o),
+            final_state=p(self.final), event_mask=p(self.mask), event_score=p(self.score), budget=p(self.budget)))
+
+    def __call__(self, which=0):
+        stream = torch.cuda.current_stream().cuda_stream
+        sgdn_cuda._check(self.lib, self.lib.sgdn_cuda_forward(
+            ctypes.byref(self.config), ctypes.byref(self.tensors[which]), ctypes.c_void_p(self.workspace.data_ptr()),
+            ctypes.c_size_t(self.workspace.numel()), ctypes.c_void_p(stream)))
+
+    def intermediate_bytes(self):
+        kept = int(self.mask.sum().item())
+        uw = self.n_chunks * HV * C * (K + V) * 2  # bf16 U and W
+        snapshots = (kept + len(self.final) * HV) * K * V * 2  # bf16 snapshots (tensor-core path)
+        return uw + snapshots, kept / max(1, self.mask.numel())
+
+
+def time_graph(calls, warmup=3, repeats=20):
+    """Captures one graph holding every call in `calls` (one per input set); median ms per call."""
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):
+        for fn in calls:  # warm-up outside the graph (compilation, caches)
+            fn()
+    torch.cuda.current_stream().wait_stream(stream)
+    torch.cuda.synchronize()
+    try:
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            for fn in calls:
+                fn()
+        run = graph.replay
+    except Exception as exc:  # fall back to plain launches timed by events (reported on stderr)
+        print(f"graph capture failed ({exc}); timing plain launches with events", file=sys.stderr, flush=True)
+        graph = None
+        torch.cuda.synchronize()
+
+        def run():
+            for fn in calls:
+                fn()
+    for _ in range(warmup):
+        run()
+    torch.cuda.synchronize()
+    times = []
+    for _ in range(repeats):
+        start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        run()
+        stop.record()
+        stop.synchronize()
+        times.append(start.elapsed_time(stop))
+    del graph
+    return statistics.median(times) / len(calls), (max(times) - min(times)) / len(calls)
+
+
+def rel(a, b):
+    return ((a.float() - b.float()).norm() / b.float().norm()).item()
+
+
+@torch.inference_mode()
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--out", default=os.path.join(os.path.dirname(os.path.abspath(__file__)), "results"))
+    ap.add_argument("--quick", action="store_true", help="T = 4K and 32K only")
+    ap.add_argument("--repeats", type=int, default=20)
+    args = ap.parse_args()
+    lib = sgdn_cuda.load_library()
+    from fla.ops.gated_delta_rule import chunk_gated_delta_rule
+    import fla
+    import triton
+
+    props = torch.cuda.get_device_properties(0)
+    try:
+        driver = subprocess.run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
+                                capture_output=True, text=True).stdout.strip()
+    except OSError:
+        driver = "?"
+    meta = {
+        "device": f"{props.name} ({props.multi_processor_count} SMs, {props.total_memory >> 20} MiB), driver {driver}",
+        "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%MZ"),
+        "versions": {"torch": torch.__version__, "cuda": torch.version.cuda, "triton": triton.__version__,
+                     "fla": getattr(fla, "__version__", "0.6.0"), "FLA_FLASH_QLA": os.environ.get("FLA_FLASH_QLA"),
+                     "sgdn": os.environ.get("SGDN_REV", "working tree"), "sgdn_abi": lib.sgdn_cuda_abi_version()},
+        "method": "CUDA-graph replay, median of %d replays after 3 warm-up replays; 2 rotating input sets for T <= 8K"
+                  % args.repeats,
+        "shape": {"H": H, "HV": HV, "K": K, "V": V, "chunk": C, "dtype": "bfloat16"},
+        "configs": CONFIGS,
+    }
+    rows = []
+    layouts = [l for l in LAYOUTS if not args.quick or l[1] in ("1x4K", "1x32K")]
+    print(f"{'layout':>7} {'config':>15} {'ours ms':>9} {'FLA ms':>8} {'speedup':>7} {'ours MiB':>9} "
+          f"{'FLA MiB':>8} {'kept':>5} {'rel vs FLA':>10}", flush=True)
+    for T, name, lengths in layouts:
+        sets = 2 if T <= 8192 else 1
+        inputs = [make_inputs(T, 1000 * T + i) for i in range(sets)]
+        cu = torch.tensor([0] + [sum(lengths[:i + 1]) for i in range(len(lengths))], dtype=torch.int32, device="cuda")
+        cu_fla = cu.long() if len(lengths) > 1 else None
+        fla_calls = []
+        fla_out = {}
+        for i, (q, k, v, g, beta) in enumerate(inputs):
+            def fla_call(i=i, q=q, k=k, v=v, g=g, beta=beta):
+                fla_out[i] = chunk_gated_delta_rule(q, k, v, g, beta, scale=K ** -0.5, output_final_state=True,
+                                                    cu_seqlens=cu_fla)
+            fla_calls.append(fla_call)
+        fla_ms, fla_spread = time_graph(fla_calls, repeats=args.repeats)
+        fla_call = fla_calls[0]
+        fla_call()
+        torch.cuda.synchronize()
+        fla_o = fla_out[0][0].clone()
+        n_chunks = sum(math.ceil(n / C) for n in lengths)
+        fla_bytes = n_chunks * HV * K * V * 2
+        fla_out.clear()
+        for cname, cfg in CONFIGS.items():
+            ours = Ours(lib, inputs[0], lengths, cfg)
+            for extra in inputs[1:]:
+                ours.set_inputs(extra)
+            ours_ms, ours_spread = time_graph([lambda i=i: ours(i) for i in range(sets)], repeats=args.repeats)
+            ours(0)
+            torch.cuda.synchronize()
+            err = rel(ours.o, fla_o)
+            nbytes, kept = ours.intermediate_bytes()
+            row = {"T": T, "layout": name, "config": cname, "ours_ms": round(ours_ms, 4), "fla_ms": round(fla_ms, 4),
+                   "speedup": round(fla_ms / ours_ms, 3), "ours_bytes": nbytes, "fla_bytes": fla_bytes,
+                   "rel_err_vs_fla": float(f"{err:.3e}"), "kept_fraction": round(kept, 4),
+                   "ours_spread_ms": round(ours_spread, 4), "fla_spread_ms": round(fla_spread, 4)}
+            rows.append(row)
+            print(f"{name:>7} {cname:>15} {ours_ms:9.3f} {fla_ms:8.3f} {fla_ms / ours_ms:7.2f} {nbytes / 2**20:9.0f} "
+                  f"{fla_bytes / 2**20:8.0f} {kept:5.2f} {err:10.2e}", flush=True)
+            del ours
+            torch.cuda.empty_cache()
+        del inputs, fla_o
+        torch.cuda.empty_cache()
+    os.makedirs(args.out, exist_ok=True)
+    result = dict(meta, rows=rows)
+    with open(os.path.join(args.out, "h200.json"), "w") as f:
+        json.dump(result, f, indent=1)
+    cmd = ("SGDN_CUDA_LIB=build-cuda/dist/libsgdn_cuda_capi.so FLA_FLASH_QLA=0 "
+           "python3 experiments/perf/bench.py" + (" --quick" if args.quick else ""))
+    lines = [f"# SparseGDN vs FLA on {meta['device']}", "",
+             f"{meta['date']}; " + ", ".join(f"{k} {v}" for k, v in meta["versions"].items()), "",
+             f"Method: {meta['method']}. H = {H}, HV = {HV}, K = V = {K}, bf16 in/out, chunk 64. "
+             "sparse-default: block_adjacent band 1, survival, head_budget rho 0.29 (pair), G = 1. "
+             "Bytes: FLA's h tensor vs our U/W (bf16) + snapshots written (bf16). "
+             "rel err: our output against FLA's (for sparse rows this is the approximation error of sparsity).", "",
+             "| T | layout | config | ours ms | FLA ms | speedup | ours MiB | FLA MiB | kept | rel err vs FLA |",
+             "|---|---|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        lines.append(f"| {r['T']} | {r['layout']} | {r['config']} | {r['ours_ms']:.3f} | {r['fla_ms']:.3f} | "
+                     f"{r['speedup']:.2f} | {r['ours_bytes'] / 2**20:.0f} | {r['fla_bytes'] / 2**20:.0f} | "
+                     f"{r['kept_fraction']:.2f} | {r['rel_err_vs_fla']:.2e} |")
+    lines += ["", "Command (device machine, repo root, build-cuda/dist and .whl carried):", "", "    " + cmd, ""]
+    with open(os.path.join(args.out, "h200.md"), "w") as f:
+        f.write("\n".join(lines))
+    print("\n".join(lines))
+
+
+if __name__ == "__main__":
+    main()
