@@ -135,6 +135,7 @@ cuda::Problem make_problem(const Inputs<float>& inputs, const EngineConfig& conf
   p.scale = float(inputs.effective_scale());
   p.input_dtype = options.input_precision == CudaPrecision::bfloat16 ? cuda::DType::bfloat16 : cuda::DType::float32;
   p.output_dtype = options.output_precision == CudaPrecision::bfloat16 ? cuda::DType::bfloat16 : cuda::DType::float32;
+  p.tensor_cores = options.tensor_cores;
 
   if (p.selector == cuda::SelectorKind::head_budget && p.min_per_head > 0) {
     // The CPU selector's error, raised here because the kernel cannot throw.
@@ -253,9 +254,17 @@ EngineResult<float> run_cuda(const Inputs<float>& inputs, const EngineConfig& co
         // Fixed-length batch: chunk_offset[b] = b N.
         const int64_t base = (b * N + b) * HV + h * (N + 1);
         const int64_t count = counts[size_t(b * HV + h)];
-        check_cuda(cudaMemcpy(res.snapshots.data() + row * K * V, view.snapshots + base * K * V,
-                              size_t(count * K * V) * 4, cudaMemcpyDeviceToHost),
-                   "download snapshots");
+        if (view.snapshots_bf16) {
+          std::vector<uint16_t> bits(size_t(count * K * V));
+          check_cuda(cudaMemcpy(bits.data(), reinterpret_cast<const uint16_t*>(view.snapshots) + base * K * V,
+                                bits.size() * 2, cudaMemcpyDeviceToHost),
+                     "download snapshots");
+          for (size_t i = 0; i < bits.size(); ++i) res.snapshots.data()[row * K * V + int64_t(i)] = bf16_bits_to_float(bits[i]);
+        } else {
+          check_cuda(cudaMemcpy(res.snapshots.data() + row * K * V, view.snapshots + base * K * V,
+                                size_t(count * K * V) * 4, cudaMemcpyDeviceToHost),
+                     "download snapshots");
+        }
         for (int64_t m = 0; m < count; ++m, ++row) {
           res.snapshot_index[row * 3 + 0] = int32_t(b);
           res.snapshot_index[row * 3 + 1] = int32_t(h);

@@ -11,6 +11,7 @@ struct CudaRunOptions {
   CudaPrecision input_precision = CudaPrecision::float32;  // q, k, v, beta on the device (g stays float32)
   CudaPrecision output_precision = CudaPrecision::float32;
   int device = 0;
+  bool tensor_cores = false;  // bf16 tensor-core kernels where they apply (Problem::uses_tensor_cores)
 };
 
 // True when a CUDA device is present (the GPU tests skip otherwise).

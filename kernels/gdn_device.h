@@ -55,6 +55,13 @@ struct Problem {
   float scale = 0.f;  // <= 0: 1/sqrt(K)
   DType input_dtype = DType::float32;
   DType output_dtype = DType::float32;
+  // Tensor-core path (issue 5): bf16 operands with fp32 accumulation for every matrix product, bf16 U/W.
+  // Taken only where it applies (bf16 inputs, K = V = 128, C = 64); elsewhere the fp32 path runs.
+  // Error against float64 about 3e-3 (bf16 parity bound 1e-2) instead of 1e-6 on bf16-rounded inputs.
+  bool tensor_cores = false;
+  bool uses_tensor_cores() const {
+    return tensor_cores && input_dtype == DType::bfloat16 && key_dim == 128 && value_dim == 128 && chunk == 64;
+  }
 
   int ratio() const { return v_heads / qk_heads; }
   int units() const { return pair_granularity ? qk_heads : v_heads; }
@@ -95,7 +102,8 @@ std::string forward(const Problem& p, const DeviceTensors& t, void* workspace, s
 // m-th selected event; snapshot_chunk[slot] is that event's chunk (-1 for S0) and snapshot_count[s*HV+h]
 // the number of slots used.
 struct SnapshotView {
-  const float* snapshots = nullptr;        // [slots, K, V]
+  const float* snapshots = nullptr;        // [slots, K, V] float32, or bfloat16 when snapshots_bf16
+  bool snapshots_bf16 = false;             // the tensor-core path keeps its snapshots in bf16
   const int32_t* snapshot_chunk = nullptr;  // [slots]
   const int32_t* snapshot_count = nullptr;  // [num_seqs * HV]
   const int32_t* chunk_offset = nullptr;    // [num_seqs + 1]

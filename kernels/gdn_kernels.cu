@@ -117,8 +117,9 @@ Workspace carve(const Problem& p, void* base) {
   ws.chunk_seq = static_cast<int32_t*>(take(nmax * 4));
   ws.group_seq = static_cast<int32_t*>(take(nmax * 4));
   ws.gamma = static_cast<float*>(take(events * C * 4));
-  ws.u = static_cast<float*>(take(events * C * V * 4));
-  ws.w = static_cast<float*>(take(events * C * K * 4));
+  const size_t uw_elem = p.uses_tensor_cores() ? 2 : 4;  // bf16 U/W on the tensor-core path
+  ws.u = static_cast<float*>(take(events * C * V * uw_elem));
+  ws.w = static_cast<float*>(take(events * C * K * uw_elem));
   ws.chunk_decay = static_cast<float*>(take(events * 4));
   ws.statistic = static_cast<float*>(take(events * 4));
   ws.head_score = static_cast<float*>(take(events * 4));
@@ -133,7 +134,7 @@ Workspace carve(const Problem& p, void* base) {
   ws.seg_end = static_cast<int32_t*>(take(S * hv * 4));
   ws.cub_temp_bytes = cub_sort_bytes(p);
   ws.cub_temp = take(ws.cub_temp_bytes);
-  ws.snapshots = static_cast<float*>(take(slots * K * V * 4));
+  ws.snapshots = static_cast<float*>(take(slots * K * V * uw_elem));  // bf16 on the tensor-core path
   ws.snapshot_chunk = static_cast<int32_t*>(take(slots * 4));
   ws.snapshot_count = static_cast<int32_t*>(take(S * hv * 4));
   ws.group_slot = static_cast<int32_t*>(take(events * 4));
@@ -313,25 +314,48 @@ __global__ void __launch_bounds__(kThreads) prepare_kernel(PrepareArgs a) {
 
 // ---------------------------------------------------------------------------------------------------------
 // 3. Scores per (sequence, value head), then unit scores. One block per sequence, one thread per head.
-__global__ void score_kernel(const int32_t* chunk_offset, int HV, int units, int ratio, ScoreKind kind,
+// One warp per value head (block = 1024 threads): `survival`'s backward recurrence p_c = 1 + e^{Γ_{c+1}} p_{c+1}
+// runs as 32 contiguous segments, one per lane: each lane composes its segment's affine map in double, the
+// maps are chained across lanes (31 shuffles), then each lane replays its segment from its true p.
+__global__ void __launch_bounds__(1024) score_kernel(const int32_t* chunk_offset, int HV, int units, int ratio, ScoreKind kind,
                              bool skip_own_group, int group, const float* statistic, const float* chunk_decay,
                              float* head_score, float* unit_score) {
   const int64_t s = blockIdx.x;
   const int64_t n = chunk_offset[s + 1] - chunk_offset[s];
   const int64_t base = int64_t(chunk_offset[s]) * HV;
-  for (int hv = threadIdx.x; hv < HV; hv += blockDim.x) {
+  const int lane = threadIdx.x & 31, warps = blockDim.x >> 5;
+  for (int hv = threadIdx.x >> 5; hv < HV; hv += warps) {
     const float* stat = statistic + base + hv * n;
     const float* decay = chunk_decay + base + hv * n;
     float* out = head_score + base + hv * n;
     if (kind == ScoreKind::none) {
-      for (int64_t c = 0; c < n; ++c) out[c] = 0.f;
+      for (int64_t c = lane; c < n; c += 32) out[c] = 0.f;
     } else if (kind == ScoreKind::update_norm) {
-      for (int64_t c = 0; c < n; ++c) out[c] = stat[c];
+      for (int64_t c = lane; c < n; c += 32) out[c] = stat[c];
     } else {
-      // p_{N-1} = 0, p_c = 1 + e^{Γ_{c+1}} p_{c+1}; accumulate in double as the CPU does.
-      double p = 0.0;
-      for (int64_t c = n - 1; c >= 0; --c) {
-        if (c < n - 1) p = 1.0 + exp(double(decay[c + 1])) * p;
+      const int64_t seg = (n + 31) / 32;
+      const int64_t first = min_i64(n, lane * seg), end = min_i64(n, first + seg);
+      // p_first = A p_end + B over this lane's chunks [first, end); p_{n-1} = 0.
+      double A = 1.0, B = 0.0;
+      for (int64_t c = end - 1; c >= first; --c) {
+        if (c == n - 1) {
+          A = 0.0;
+          B = 0.0;
+        } else {
+          const double d = exp(double(decay[c + 1]));
+          A *= d;
+          B = 1.0 + d * B;
+        }
+      }
+      double p_end = 0.0;  // p at chunk `end` (the next lane's first chunk)
+      for (int l = 31; l >= 1; --l) {
+        const double p_first = A * p_end + B;
+        const double from_next = __shfl_sync(0xffffffffu, p_first, l);
+        if (lane == l - 1) p_end = from_next;
+      }
+      double p = p_end;
+      for (int64_t c = end - 1; c >= first; --c) {
+        p = c == n - 1 ? 0.0 : 1.0 + exp(double(decay[c + 1])) * p;
         double persistence = p;
         if (skip_own_group && group > 1) {
           const int64_t group_end = min_i64(n, (c / group + 1) * group);
@@ -347,12 +371,12 @@ __global__ void score_kernel(const int32_t* chunk_offset, int HV, int units, int
   }
   __syncthreads();
   const int per_unit = HV / units;  // r under pair, 1 under head
-  for (int u = threadIdx.x; u < units; u += blockDim.x) {
-    for (int64_t c = 0; c < n; ++c) {
-      double sum = 0.0;
-      for (int j = 0; j < per_unit; ++j) sum += double(head_score[base + (u * per_unit + j) * n + c]);
-      unit_score[base + u * n + c] = float(sum);
-    }
+  for (int64_t e = threadIdx.x; e < int64_t(units) * n; e += blockDim.x) {
+    const int u = int(e / n);
+    const int64_t c = e % n;
+    double sum = 0.0;
+    for (int j = 0; j < per_unit; ++j) sum += double(head_score[base + (u * per_unit + j) * n + c]);
+    unit_score[base + u * n + c] = float(sum);
   }
   (void)ratio;
 }
@@ -750,6 +774,683 @@ __global__ void __launch_bounds__(kThreads) output_kernel(OutputArgs a) {
 }
 
 // ---------------------------------------------------------------------------------------------------------
+// Tensor-core path (issue 5): bf16 operands, fp32 accumulation, mma.sync m16n8k16, K = V = 128, C = 64.
+// Shared tiles are bf16, rows padded by 8 elements (16 bytes) so that ldmatrix's 8 row addresses fall in
+// different banks. U and W are stored in bf16; the carried state stays fp32 in registers (recurrence) and
+// is rounded to bf16 only as an mma operand.
+namespace tc {
+constexpr int kC = 64, kD = 128;       // chunk, head dim (K = V)
+constexpr int kLd = kD + 8;            // row stride of 128-wide bf16 tiles
+constexpr int kLdC = kC + 8;           // row stride of 64-wide bf16 tiles
+constexpr int kVT = 32;                // V columns per recurrence block
+constexpr int kLdT = kVT + 8;
+constexpr int kWindow = 256;           // chunks of mask / decay staged at a time in the recurrence
+using bf16 = __nv_bfloat16;
+
+__device__ __forceinline__ uint32_t smem_addr(const void* p) {
+  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+}
+__device__ __forceinline__ void ldsm_x4(uint32_t r[4], const bf16* p) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(smem_addr(p)));
+}
+__device__ __forceinline__ void ldsm_x4_t(uint32_t r[4], const bf16* p) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(smem_addr(p)));
+}
+__device__ __forceinline__ void mma(float c[4], const uint32_t a[4], uint32_t b0, uint32_t b1) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+      "{%0,%1,%2,%3};\n"
+      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+// A fragment (16 x 16) at (m0, k0) of a row-major [m][k] tile.
+__device__ __forceinline__ void load_a(uint32_t a[4], const bf16* base, int ld, int m0, int k0) {
+  const int lane = threadIdx.x & 31;
+  ldsm_x4(a, base + (m0 + (lane & 15)) * ld + k0 + (lane >> 4) * 8);
+}
+// A fragment (16 x 16) at (m0, k0) of a tile stored transposed, [k][m].
+__device__ __forceinline__ void load_a_t(uint32_t a[4], const bf16* base, int ld, int m0, int k0) {
+  const int lane = threadIdx.x & 31;
+  ldsm_x4_t(a, base + (k0 + (lane & 7) + (lane >> 4) * 8) * ld + m0 + ((lane >> 3) & 1) * 8);
+}
+// B fragments of two n-tiles (k0..k0+15, n0..n0+15) of a [k][n] tile: b[0..1] tile n0, b[2..3] tile n0+8.
+__device__ __forceinline__ void load_b_kn(uint32_t b[4], const bf16* base, int ld, int k0, int n0) {
+  const int lane = threadIdx.x & 31;
+  ldsm_x4_t(b, base + (k0 + (lane & 7) + ((lane >> 3) & 1) * 8) * ld + n0 + (lane >> 4) * 8);
+}
+// The same from a tile stored [n][k] (e.g. K for Q Kᵀ).
+__device__ __forceinline__ void load_b_nk(uint32_t b[4], const bf16* base, int ld, int k0, int n0) {
+  const int lane = threadIdx.x & 31;
+  ldsm_x4(b, base + (n0 + (lane & 7) + (lane >> 4) * 8) * ld + k0 + ((lane >> 3) & 1) * 8);
+}
+__device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) {
+  __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
+  return *reinterpret_cast<uint32_t*>(&v);
+}
+__device__ __forceinline__ float2 unpack_bf16(uint32_t x) {
+  __nv_bfloat162 v = *reinterpret_cast<__nv_bfloat162*>(&x);
+  return __bfloat1622float2(v);
+}
+// 16-byte asynchronous copy; src_bytes = 0 writes zeros (rows past a sequence's end).
+__device__ __forceinline__ void cp_async16(void* dst, const void* src, bool valid) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_addr(dst)), "l"(src),
+               "r"(valid ? 16 : 0));
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
+__device__ __forceinline__ void cp_async_wait_all() { asm volatile("cp.async.wait_all;\n" ::: "memory"); }
+
+// rows x 128 bf16 from global rows (row stride `gstride` elements) into a [rows][kLd] tile; rows >= len
+// become zeros. Every thread of the block takes part.
+__device__ __forceinline__ void copy_rows(bf16* dst, const bf16* src, int64_t gstride, int len, int rows = kC) {
+  for (int e = threadIdx.x; e < rows * (kD / 8); e += blockDim.x) {
+    const int i = e >> 4, part = e & 15;
+    const bool valid = i < len;
+    cp_async16(dst + i * kLd + part * 8, src + (valid ? int64_t(i) * gstride : 0) + part * 8, valid);
+  }
+}
+
+// ---- prepare: γ, L (band), T = (I + L)^-1 in fp32, U = T diag(β) V, W = T diag(β e^γ) K in bf16, Γ, statistic.
+// 128 threads (4 warps); warp w owns rows 16w..16w+15 of every 64-row product.
+// Shared memory, 54 KB so that 4 blocks share a multiprocessor: L (fp32) and later Au | Aw (bf16) share one
+// region; T (fp32) and later V (bf16, then U for the statistic) share another.
+constexpr int kLdL = kC + 8;  // fp32 row stride of L (= 2 x kLdC bf16: Au and Aw fit in its bytes)
+constexpr int kLdTm = kC + 4;  // fp32 row stride of T (= kLd bf16: a 64 x 128 bf16 tile fits in its bytes)
+struct PrepSmem {
+  bf16 k[kC * kLd];
+  float lm[kC * kLdL];   // L, then Au = bf16(T diag β) and Aw = bf16(T diag(β e^γ))
+  float tm[kC * kLdTm];  // T, then V (bf16), then U (bf16)
+  float xs[3 * 16 * 17];  // block solve scratch
+  float gam[kC];
+  float bet[kC];
+  float red[4];
+};
+static_assert(sizeof(float) * kC * kLdL == 2 * sizeof(bf16) * kC * kLdC, "Au | Aw overlay L");
+static_assert(sizeof(float) * kC * kLdTm == sizeof(bf16) * kC * kLd, "V overlays T");
+
+__global__ void __launch_bounds__(128) prepare_tc_kernel(PrepareArgs a, bf16* u_out_all, bf16* w_out_all) {
+  const int64_t id = blockIdx.x;
+  const int hv = blockIdx.y;
+  if (id >= a.chunk_offset[a.num_seqs]) return;
+  const int64_t s = a.chunk_seq[id];
+  const int64_t c = id - a.chunk_offset[s];
+  const int64_t t0 = a.seq_start[s] + c * kC;
+  const int len = int(min_i64(kC, a.seq_len[s] - c * kC));
+  const int h = hv / (a.HV / a.H);
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, gq = lane >> 2, tq = lane & 3;
+  extern __shared__ __align__(16) unsigned char smem_raw[];
+  PrepSmem& sm = *reinterpret_cast<PrepSmem*>(smem_raw);
+  bf16* au = reinterpret_cast<bf16*>(sm.lm);
+  bf16* aw = au + kC * kLdC;
+  bf16* vs = reinterpret_cast<bf16*>(sm.tm);
+
+  const bf16* kp = static_cast<const bf16*>(a.k) + (t0 * a.H + h) * kD;
+  const bf16* vp = static_cast<const bf16*>(a.v) + (t0 * a.HV + hv) * kD;
+  copy_rows(sm.k, kp, int64_t(a.H) * kD, len);
+  cp_async_commit();
+  const bf16* bp = static_cast<const bf16*>(a.beta);
+  if (warp == 0) {
+    // γ: inclusive scan of g over the chunk, two tokens per lane.
+    const int i0 = 2 * lane, i1 = 2 * lane + 1;
+    const float g0 = i0 < len ? a.g[(t0 + i0) * a.HV + hv] : 0.f;
+    const float g1 = i1 < len ? a.g[(t0 + i1) * a.HV + hv] : 0.f;
+    float x = g0 + g1;
+    for (int off = 1; off < 32; off <<= 1) {
+      const float y = __shfl_up_sync(0xffffffffu, x, off);
+      if (lane >= off) x += y;
+    }
+    const float before = x - g0 - g1;
+    sm.gam[i0] = before + g0;
+    sm.gam[i1] = x;
+  } else if (warp == 1) {
+    for (int i = lane; i < kC; i += 32) sm.bet[i] = i < len ? __bfloat162float(bp[(t0 + i) * a.HV + hv]) : 0.f;
+  }
+  cp_async_wait_all();
+  __syncthreads();
+
+  // L = strictly_lower(diag(β) K Kᵀ ⊙ D) with the band: warp w computes rows 16w.., all 64 columns.
+  {
+    float acc[8][4] = {};
+    const int m0 = warp * 16;
+    for (int k0 = 0; k0 < kD; k0 += 16) {
+      uint32_t af[4];
+      load_a(af, sm.k, kLd, m0, k0);
+      for (int np = 0; np < 4; ++np) {
+        uint32_t bf[4];
+        load_b_nk(bf, sm.k, kLd, k0, np * 16);
+        mma(acc[2 * np], af, bf[0], bf[1]);
+        mma(acc[2 * np + 1], af, bf[2], bf[3]);
+      }
+    }
+    for (int nt = 0; nt < 8; ++nt)
+      for (int r = 0; r < 4; ++r) {
+        const int i = m0 + gq + (r >> 1) * 8, j = nt * 8 + tq * 2 + (r & 1);
+        const bool kept = j < i && (a.band < 0 || (i / a.block) - (j / a.block) <= a.band);
+        sm.lm[i * kLdL + j] = kept ? sm.bet[i] * acc[nt][r] * __expf(sm.gam[i] - sm.gam[j]) : 0.f;
+      }
+  }
+  __syncthreads();
+  // T = (I + L)^-1 by 16 x 16 blocks (the band is already in L's zeros): the diagonal blocks by forward
+  // substitution (one column per thread), then block rows I = 1..3: X_IJ = Σ_{J<=M<I} L_IM T_MJ and
+  // T_IJ = −T_II X_IJ.
+  if (threadIdx.x < kC) {
+    const int col = threadIdx.x, b0 = col & ~15;
+    for (int i = 0; i < kC; ++i) {
+      float value = 0.f;
+      if (i == col) {
+        value = 1.f;
+      } else if (i > col && i < b0 + 16) {
+        for (int j = col; j < i; ++j) value -= sm.lm[i * kLdL + j] * sm.tm[j * kLdTm + col];
+      }
+      sm.tm[i * kLdTm + col] = value;
+    }
+  }
+  __syncthreads();
+  for (int bi = 1; bi < 4; ++bi) {
+    for (int e = threadIdx.x; e < bi * 256; e += blockDim.x) {
+      const int bj = e >> 8, r = (e >> 4) & 15, cc = e & 15;
+      const int i = bi * 16 + r, col = bj * 16 + cc;
+      float x = 0.f;
+      for (int m = bj * 16; m < bi * 16; ++m) x += sm.lm[i * kLdL + m] * sm.tm[m * kLdTm + col];
+      sm.xs[(bj * 16 + r) * 17 + cc] = x;
+    }
+    __syncthreads();
+    for (int e = threadIdx.x; e < bi * 256; e += blockDim.x) {
+      const int bj = e >> 8, r = (e >> 4) & 15, cc = e & 15;
+      const int i = bi * 16 + r, col = bj * 16 + cc;
+      float x = 0.f;
+      for (int m = 0; m <= r; ++m) x += sm.tm[i * kLdTm + bi * 16 + m] * sm.xs[(bj * 16 + m) * 17 + cc];
+      sm.tm[i * kLdTm + col] = -x;
+    }
+    __syncthreads();
+  }
+  // Au, Aw over L (no longer needed), then V over T once every thread is done with T.
+  for (int e = threadIdx.x; e < kC * kC; e += blockDim.x) {
+    const int i = e >> 6, j = e & 63;
+    const float t = sm.tm[i * kLdTm + j] * sm.bet[j];
+    au[i * kLdC + j] = __float2bfloat16_rn(t);
+    aw[i * kLdC + j] = __float2bfloat16_rn(t * __expf(sm.gam[j]));
+  }
+  __syncthreads();
+  copy_rows(vs, vp, int64_t(a.HV) * kD, len);
+  cp_async_commit();
+  cp_async_wait_all();
+  __syncthreads();
+  const int64_t slot = id * a.HV + hv;
+  bf16* u_out = u_out_all + slot * kC * kD;
+  bf16* w_out = w_out_all + slot * kC * kD;
+  const int m0 = warp * 16;
+  // U = Au V and W = Aw K: warp rows m0.., 128 columns, k = 64.
+  for (int which = 0; which < 2; ++which) {
+    const bf16* amat = which == 0 ? au : aw;
+    const bf16* bmat = which == 0 ? vs : sm.k;
+    bf16* out = which == 0 ? u_out : w_out;
+    float acc[16][4] = {};
+    for (int k0 = 0; k0 < kC; k0 += 16) {
+      uint32_t af[4];
+      load_a(af, amat, kLdC, m0, k0);
+      for (int np = 0; np < 8; ++np) {
+        uint32_t bf[4];
+        load_b_kn(bf, bmat, kLd, k0, np * 16);
+        mma(acc[2 * np], af, bf[0], bf[1]);
+        mma(acc[2 * np + 1], af, bf[2], bf[3]);
+      }
+    }
+    for (int nt = 0; nt < 16; ++nt) {
+      const int col = nt * 8 + tq * 2;
+      const int r0 = m0 + gq;
+      *reinterpret_cast<uint32_t*>(out + r0 * kD + col) = pack_bf16(acc[nt][0], acc[nt][1]);
+      *reinterpret_cast<uint32_t*>(out + (r0 + 8) * kD + col) = pack_bf16(acc[nt][2], acc[nt][3]);
+    }
+    if (which == 0 && a.want_statistic) {
+      // U (bf16) replaces V in shared memory for the statistic; V is no longer needed after this product.
+      __syncthreads();
+      for (int nt = 0; nt < 16; ++nt) {
+        const int col = nt * 8 + tq * 2;
+        const int r0 = m0 + gq;
+        *reinterpret_cast<uint32_t*>(vs + r0 * kLd + col) = pack_bf16(acc[nt][0], acc[nt][1]);
+        *reinterpret_cast<uint32_t*>(vs + (r0 + 8) * kLd + col) = pack_bf16(acc[nt][2], acc[nt][3]);
+      }
+    }
+  }
+  for (int i = threadIdx.x; i < kC; i += blockDim.x) a.gamma[slot * kC + i] = i < len ? sm.gam[i] : 0.f;
+  const float big_gamma = sm.gam[len - 1];
+  if (threadIdx.x == 0) a.chunk_decay[event_index(a.chunk_offset, s, a.HV, hv, c)] = big_gamma;
+  if (!a.want_statistic) return;
+  // ‖(e^{Γ−γ} ⊙ K)ᵀ U‖_F: scale the key rows in place (W is done with them), then M = Kendᵀ U, 128 x 128.
+  __syncthreads();
+  for (int e = threadIdx.x; e < kC * kD; e += blockDim.x) {
+    const int i = e >> 7, d = e & 127;
+    const float scale = i < len ? __expf(big_gamma - sm.gam[i]) : 0.f;
+    sm.k[i * kLd + d] = __float2bfloat16_rn(__bfloat162float(sm.k[i * kLd + d]) * scale);
+  }
+  __syncthreads();
+  float sum_sq = 0.f;
+  for (int half = 0; half < 2; ++half) {
+    float acc[2][8][4] = {};
+    for (int k0 = 0; k0 < kC; k0 += 16) {
+      uint32_t af[2][4];
+      load_a_t(af[0], sm.k, kLd, warp * 32, k0);
+      load_a_t(af[1], sm.k, kLd, warp * 32 + 16, k0);
+      for (int np = 0; np < 4; ++np) {
+        uint32_t bf[4];
+        load_b_kn(bf, vs, kLd, k0, half * 64 + np * 16);
+        for (int mt = 0; mt < 2; ++mt) {
+          mma(acc[mt][2 * np], af[mt], bf[0], bf[1]);
+          mma(acc[mt][2 * np + 1], af[mt], bf[2], bf[3]);
+        }
+      }
+    }
+    for (int mt = 0; mt < 2; ++mt)
+      for (int nt = 0; nt < 8; ++nt)
+        for (int r = 0; r < 4; ++r) sum_sq += acc[mt][nt][r] * acc[mt][nt][r];
+  }
+  for (int off = 16; off > 0; off >>= 1) sum_sq += __shfl_xor_sync(0xffffffffu, sum_sq, off);
+  if (lane == 0) sm.red[warp] = sum_sq;
+  __syncthreads();
+  if (threadIdx.x == 0)
+    a.statistic[event_index(a.chunk_offset, s, a.HV, hv, c)] = sqrtf(sm.red[0] + sm.red[1] + sm.red[2] + sm.red[3]);
+}
+
+// ---- recurrence: per (sequence, value head, 32-column V tile), 128 threads. The state tile (128 x 32 fp32)
+// lives in registers: warp w owns rows 32w..32w+31 (2 m-tiles x 4 n-tiles). Each selected event:
+//   Sb = bf16(e^{pending} S);  v̂ = U − W Sb (warp w: rows 16w.., 32 cols);  Vh = bf16(e^{Γ−γ} ⊙ v̂);
+//   S = e^Γ e^{pending} S + Kᵀ Vh;  snapshot.
+// The next selected event's W, K, U, γ are fetched with cp.async into the other stage meanwhile.
+struct RecStage {
+  bf16 w[kC * kLd];
+  bf16 k[kC * kLd];
+  bf16 u[kC * kLdT];
+  float gam[kC];
+};
+struct RecSmem {
+  RecStage stage[3];
+  bf16 sb[kD * kLdT];
+  bf16 vh[kC * kLdT];
+  uint8_t mask[kWindow];
+  float decay[kWindow];
+};
+
+__global__ void __launch_bounds__(128) recurrence_tc_kernel(RecurrenceArgs a, const bf16* u_all, const bf16* w_all) {
+  const int64_t s = blockIdx.x;
+  const int hv = blockIdx.y;
+  const int col0 = blockIdx.z * kVT;
+  const int V = kD;
+  const int h = hv / (a.HV / a.H);
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, gq = lane >> 2, tq = lane & 3;
+  const int64_t n = a.chunk_offset[s + 1] - a.chunk_offset[s];
+  const int64_t slot_base = (int64_t(a.chunk_offset[s]) + s) * a.HV + int64_t(hv) * (n + 1);
+  const int64_t ev_base = int64_t(a.chunk_offset[s]) * a.HV + int64_t(hv) * n;
+  extern __shared__ __align__(16) unsigned char smem_raw[];
+  RecSmem& sm = *reinterpret_cast<RecSmem*>(smem_raw);
+  const bf16* kp = static_cast<const bf16*>(a.k);
+
+  // State registers: st[mt][nt][r] at row 32w + 16mt + gq + 8(r>>1), column col0 + 8nt + 2tq + (r&1).
+  float st[2][4][4];
+  for (int mt = 0; mt < 2; ++mt)
+    for (int nt = 0; nt < 4; ++nt)
+      for (int r = 0; r < 4; ++r) {
+        const int d = warp * 32 + mt * 16 + gq + (r >> 1) * 8, col = col0 + nt * 8 + tq * 2 + (r & 1);
+        st[mt][nt][r] = a.initial_state ? a.initial_state[((s * a.HV + hv) * kD + d) * V + col] : 0.f;
+      }
+  auto write_snapshot = [&](int64_t slot, int32_t chunk) {
+    bf16* dst = reinterpret_cast<bf16*>(a.snapshots) + (slot_base + slot) * kD * V;
+    for (int mt = 0; mt < 2; ++mt)
+      for (int nt = 0; nt < 4; ++nt)
+        for (int half = 0; half < 2; ++half) {
+          const int d = warp * 32 + mt * 16 + gq + half * 8, col = col0 + nt * 8 + tq * 2;
+          *reinterpret_cast<uint32_t*>(dst + d * V + col) = pack_bf16(st[mt][nt][2 * half], st[mt][nt][2 * half + 1]);
+        }
+    if (blockIdx.z == 0 && threadIdx.x == 0) a.snapshot_chunk[slot_base + slot] = chunk;
+  };
+  write_snapshot(0, -1);
+
+  // The sequence's offsets once, in registers: fetch() must not wait on global loads before its copies.
+  const int64_t seq_chunk0 = a.chunk_offset[s], seq_t0 = a.seq_start[s], seq_len = a.seq_len[s];
+  auto fetch = [&](int buf, int64_t c) {
+    const int64_t id = seq_chunk0 + c;
+    const int64_t t0 = seq_t0 + c * kC;
+    const int len = int(min_i64(kC, seq_len - c * kC));
+    const int64_t cslot = id * a.HV + hv;
+    RecStage& st_ = sm.stage[buf];
+    copy_rows(st_.w, w_all + cslot * kC * kD, kD, kC);
+    copy_rows(st_.k, kp + (t0 * a.H + h) * kD, int64_t(a.H) * kD, len);
+    for (int e = threadIdx.x; e < kC * (kVT / 8); e += blockDim.x) {
+      const int i = e >> 2, part = e & 3;
+      cp_async16(st_.u + i * kLdT + part * 8, u_all + (cslot * kC + i) * kD + col0 + part * 8, true);
+    }
+    if (threadIdx.x < kC / 4) cp_async16(st_.gam + threadIdx.x * 4, a.gamma + cslot * kC + threadIdx.x * 4, true);
+    cp_async_commit();
+  };
+
+  int64_t slot = 0;
+  float pending = 0.f;
+  int buf = 0;
+  int64_t next_group_start = 0;
+  const int64_t group0 = a.group_offset[s];
+  for (int64_t w0 = 0; w0 < n; w0 += kWindow) {
+    const int wn = int(min_i64(kWindow, n - w0));
+    __syncthreads();  // the previous window's mask / decay reads are done
+    for (int i = threadIdx.x; i < wn; i += blockDim.x) {
+      sm.mask[i] = a.head_mask[ev_base + w0 + i];
+      sm.decay[i] = a.chunk_decay[ev_base + w0 + i];
+    }
+    __syncthreads();
+    auto next_selected = [&](int from) {
+      while (from < wn && !sm.mask[from]) ++from;
+      return from;
+    };
+    // Two selected events in flight ahead of the one computed (three stages).
+    const int first_sel = next_selected(0);
+    if (first_sel < wn) fetch(buf, w0 + first_sel);
+    int nxt1 = first_sel < wn ? next_selected(first_sel + 1) : wn;
+    if (nxt1 < wn) fetch((buf + 1) % 3, w0 + nxt1);
+    for (int i = 0; i < wn; ++i) {
+      const int64_t c = w0 + i;
+      if (blockIdx.z == 0 && threadIdx.x == 0 && c == next_group_start) {
+        const int64_t gid = group0 + c / a.G;
+        a.group_slot[gid * a.HV + hv] = int32_t(slot);
+        a.group_log_decay[gid * a.HV + hv] = pending;
+        next_group_start += a.G;
+      }
+      const float big_gamma = sm.decay[i];
+      if (!sm.mask[i]) {
+        pending += big_gamma;
+        continue;
+      }
+      // i is the current event: its data is in `buf`; the group of nxt1 may still be in flight.
+      if (nxt1 < wn)
+        asm volatile("cp.async.wait_group 1;\n" ::: "memory");
+      else
+        cp_async_wait_all();
+      const float carried = __expf(pending);
+      pending = 0.f;
+      for (int mt = 0; mt < 2; ++mt)
+        for (int nt = 0; nt < 4; ++nt) {
+          for (int r = 0; r < 4; ++r) st[mt][nt][r] *= carried;
+          const int d = warp * 32 + mt * 16 + gq, col = nt * 8 + tq * 2;
+          *reinterpret_cast<uint32_t*>(sm.sb + d * kLdT + col) = pack_bf16(st[mt][nt][0], st[mt][nt][1]);
+          *reinterpret_cast<uint32_t*>(sm.sb + (d + 8) * kLdT + col) = pack_bf16(st[mt][nt][2], st[mt][nt][3]);
+        }
+      __syncthreads();
+      const int nxt2 = nxt1 < wn ? next_selected(nxt1 + 1) : wn;
+      if (nxt2 < wn) fetch((buf + 2) % 3, w0 + nxt2);
+      const RecStage& cs = sm.stage[buf];
+      {  // v̂ = U − W Sb, rows 16w.., 32 columns
+        float acc[4][4] = {}, acc2[4][4] = {};  // two accumulator sets: half the dependent mma chain
+#pragma unroll
+        for (int k0 = 0; k0 < kD; k0 += 32) {
+          uint32_t af[4], af2[4];
+          load_a(af, cs.w, kLd, warp * 16, k0);
+          load_a(af2, cs.w, kLd, warp * 16, k0 + 16);
+#pragma unroll
+          for (int np = 0; np < 2; ++np) {
+            uint32_t bf[4], bf2[4];
+            load_b_kn(bf, sm.sb, kLdT, k0, np * 16);
+            load_b_kn(bf2, sm.sb, kLdT, k0 + 16, np * 16);
+            mma(acc[2 * np], af, bf[0], bf[1]);
+            mma(acc[2 * np + 1], af, bf[2], bf[3]);
+            mma(acc2[2 * np], af2, bf2[0], bf2[1]);
+            mma(acc2[2 * np + 1], af2, bf2[2], bf2[3]);
+          }
+        }
+#pragma unroll
+        for (int nt = 0; nt < 4; ++nt)
+#pragma unroll
+          for (int r = 0; r < 4; ++r) acc[nt][r] += acc2[nt][r];
+        for (int nt = 0; nt < 4; ++nt)
+          for (int half = 0; half < 2; ++half) {
+            const int row = warp * 16 + gq + half * 8, col = nt * 8 + tq * 2;
+            const float2 uu = unpack_bf16(*reinterpret_cast<const uint32_t*>(cs.u + row * kLdT + col));
+            const float f = __expf(big_gamma - cs.gam[row]);
+            *reinterpret_cast<uint32_t*>(sm.vh + row * kLdT + col) =
+                pack_bf16((uu.x - acc[nt][2 * half]) * f, (uu.y - acc[nt][2 * half + 1]) * f);
+          }
+      }
+      __syncthreads();
+      {  // S = e^Γ S + Kᵀ Vh, rows 32w.., 32 columns, k = 64
+        const float decay = __expf(big_gamma);
+        for (int mt = 0; mt < 2; ++mt)
+          for (int nt = 0; nt < 4; ++nt)
+            for (int r = 0; r < 4; ++r) st[mt][nt][r] *= decay;
+        for (int k0 = 0; k0 < kC; k0 += 16) {
+          uint32_t af[2][4];
+          load_a_t(af[0], cs.k, kLd, warp * 32, k0);
+          load_a_t(af[1], cs.k, kLd, warp * 32 + 16, k0);
+          for (int np = 0; np < 2; ++np) {
+            uint32_t bf[4];
+            load_b_kn(bf, sm.vh, kLdT, k0, np * 16);
+            for (int mt = 0; mt < 2; ++mt) {
+              mma(st[mt][2 * np], af[mt], bf[0], bf[1]);
+              mma(st[mt][2 * np + 1], af[mt], bf[2], bf[3]);
+            }
+          }
+        }
+      }
+      ++slot;
+      write_snapshot(slot, int32_t(c));
+      buf = (buf + 1) % 3;
+      nxt1 = nxt2;
+    }
+  }
+  if (a.final_state) {
+    const float carried = __expf(pending);
+    for (int mt = 0; mt < 2; ++mt)
+      for (int nt = 0; nt < 4; ++nt)
+        for (int half = 0; half < 2; ++half) {
+          const int d = warp * 32 + mt * 16 + gq + half * 8, col = col0 + nt * 8 + tq * 2;
+          *reinterpret_cast<float2*>(a.final_state + ((s * a.HV + hv) * kD + d) * V + col) =
+              make_float2(st[mt][nt][2 * half] * carried, st[mt][nt][2 * half + 1] * carried);
+        }
+  }
+  if (blockIdx.z == 0 && threadIdx.x == 0) a.snapshot_count[s * a.HV + hv] = int32_t(slot + 1);
+}
+
+// ---- outputs: per (group, value head), 256 threads, all 128 V columns. Per chunk of the group:
+//   Sb = bf16(S_loc);  v = U − W Sb;  A = Q Kᵀ ⊙ D ⊙ lower_incl;  O = scale (e^γ ⊙ (Q Sb) + A v).
+// Warp w: rows 16 (w & 3).., columns 64 (w >> 2)..  With G > 1 the fp32 S_loc is kept in shared memory and
+// updated by S_loc = e^Γ S_loc + Kᵀ (e^{Γ−γ} ⊙ v) (warp w: rows 16w.., all 128 columns).
+struct OutSmem {
+  bf16 sb[kD * kLd];
+  bf16 q[kC * kLd];
+  bf16 k[kC * kLd];
+  bf16 w[kC * kLd];   // W, then v (bf16) once W Sb is done
+  bf16 am[kC * kLdC];
+  float gam[kC];
+};
+
+template <class Out>
+__global__ void __launch_bounds__(256) output_tc_kernel(OutputArgs a, const bf16* u_all, const bf16* w_all) {
+  const int64_t gid = blockIdx.x;
+  const int hv = blockIdx.y;
+  if (gid >= a.group_offset[a.num_seqs]) return;
+  const int V = kD;
+  const int h = hv / (a.HV / a.H);
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, gq = lane >> 2, tq = lane & 3;
+  const int wm = (warp & 3) * 16, wn = (warp >> 2) * 64;
+  const int64_t s = a.group_seq[gid];
+  const int64_t n = a.chunk_offset[s + 1] - a.chunk_offset[s];
+  const int64_t first = (gid - a.group_offset[s]) * a.G;
+  const int64_t last = min_i64(n, first + a.G);
+  const int64_t slot_base = (int64_t(a.chunk_offset[s]) + s) * a.HV + int64_t(hv) * (n + 1);
+  extern __shared__ __align__(16) unsigned char smem_raw[];
+  OutSmem& sm = *reinterpret_cast<OutSmem*>(smem_raw);
+  float* sf = reinterpret_cast<float*>(smem_raw + sizeof(OutSmem));  // [kD][kD] fp32, only when G > 1
+  const bool multi = last - first > 1;
+  const bf16* qp = static_cast<const bf16*>(a.q);
+  const bf16* kp = static_cast<const bf16*>(a.k);
+  Out* op = static_cast<Out*>(a.o);
+
+  // The group's carried state: the bf16 snapshot (copied as is) times e^{pending}, a factor that the first
+  // chunk applies to W Sb and Q Sb (and that S_loc takes in fp32 when G > 1).
+  const int32_t start_slot = a.group_slot[gid * a.HV + hv];
+  float carried = __expf(a.group_log_decay[gid * a.HV + hv]);
+  copy_rows(sm.sb, reinterpret_cast<const bf16*>(a.snapshots) + (slot_base + start_slot) * kD * V, kD, kD, kD);
+  cp_async_commit();
+  if (multi) {
+    cp_async_wait_all();
+    __syncthreads();
+    for (int e = threadIdx.x; e < kD * kD / 2; e += blockDim.x) {
+      const int d = e >> 6, col = (e & 63) * 2;
+      const float2 x = unpack_bf16(*reinterpret_cast<const uint32_t*>(sm.sb + d * kLd + col));
+      sf[d * kD + col] = x.x * carried;
+      sf[d * kD + col + 1] = x.y * carried;
+    }
+  }
+  for (int64_t c = first; c < last; ++c) {
+    const int64_t id = a.chunk_offset[s] + c;
+    const int64_t t0 = a.seq_start[s] + c * kC;
+    const int len = int(min_i64(kC, a.seq_len[s] - c * kC));
+    const int64_t cslot = id * a.HV + hv;
+    copy_rows(sm.q, qp + (t0 * a.H + h) * kD, int64_t(a.H) * kD, len);
+    copy_rows(sm.k, kp + (t0 * a.H + h) * kD, int64_t(a.H) * kD, len);
+    copy_rows(sm.w, w_all + cslot * kC * kD, kD, kC);
+    if (threadIdx.x < kC / 4) cp_async16(sm.gam + threadIdx.x * 4, a.gamma + cslot * kC + threadIdx.x * 4, true);
+    cp_async_commit();
+    cp_async_wait_all();
+    __syncthreads();
+    // v = U − W Sb (registers), rows wm.., columns wn..wn+63
+    float vacc[8][4] = {};
+    for (int k0 = 0; k0 < kD; k0 += 16) {
+      uint32_t af[4];
+      load_a(af, sm.w, kLd, wm, k0);
+      for (int np = 0; np < 4; ++np) {
+        uint32_t bf[4];
+        load_b_kn(bf, sm.sb, kLd, k0, wn + np * 16);
+        mma(vacc[2 * np], af, bf[0], bf[1]);
+        mma(vacc[2 * np + 1], af, bf[2], bf[3]);
+      }
+    }
+    const bf16* u = u_all + cslot * kC * kD;
+    for (int nt = 0; nt < 8; ++nt)
+      for (int half = 0; half < 2; ++half) {
+        const int row = wm + gq + half * 8, col = wn + nt * 8 + tq * 2;
+        const float2 uu = unpack_bf16(*reinterpret_cast<const uint32_t*>(u + row * kD + col));
+        vacc[nt][2 * half] = uu.x - carried * vacc[nt][2 * half];
+        vacc[nt][2 * half + 1] = uu.y - carried * vacc[nt][2 * half + 1];
+      }
+    // A = Q Kᵀ ⊙ D ⊙ lower_incl: rows wm.., columns 32 (w >> 2)..
+    {
+      float acc[4][4] = {};
+      const int an = (warp >> 2) * 32;
+      for (int k0 = 0; k0 < kD; k0 += 16) {
+        uint32_t af[4];
+        load_a(af, sm.q, kLd, wm, k0);
+        for (int np = 0; np < 2; ++np) {
+          uint32_t bf[4];
+          load_b_nk(bf, sm.k, kLd, k0, an + np * 16);
+          mma(acc[2 * np], af, bf[0], bf[1]);
+          mma(acc[2 * np + 1], af, bf[2], bf[3]);
+        }
+      }
+      for (int nt = 0; nt < 4; ++nt)
+        for (int half = 0; half < 2; ++half) {
+          const int i = wm + gq + half * 8, j = an + nt * 8 + tq * 2;
+          const float gi = sm.gam[i];
+          const float x0 = j <= i ? acc[nt][2 * half] * __expf(gi - sm.gam[j]) : 0.f;
+          const float x1 = j + 1 <= i ? acc[nt][2 * half + 1] * __expf(gi - sm.gam[j + 1]) : 0.f;
+          *reinterpret_cast<uint32_t*>(sm.am + i * kLdC + j) = pack_bf16(x0, x1);
+        }
+    }
+    __syncthreads();  // every warp is done with W
+    for (int nt = 0; nt < 8; ++nt)
+      for (int half = 0; half < 2; ++half) {
+        const int row = wm + gq + half * 8, col = wn + nt * 8 + tq * 2;
+        *reinterpret_cast<uint32_t*>(sm.w + row * kLd + col) =
+            pack_bf16(vacc[nt][2 * half], vacc[nt][2 * half + 1]);
+      }
+    __syncthreads();
+    // O = scale (e^γ ⊙ (Q Sb) + A v)
+    {
+      float acc[8][4] = {};
+      for (int k0 = 0; k0 < kD; k0 += 16) {
+        uint32_t af[4];
+        load_a(af, sm.q, kLd, wm, k0);
+        for (int np = 0; np < 4; ++np) {
+          uint32_t bf[4];
+          load_b_kn(bf, sm.sb, kLd, k0, wn + np * 16);
+          mma(acc[2 * np], af, bf[0], bf[1]);
+          mma(acc[2 * np + 1], af, bf[2], bf[3]);
+        }
+      }
+      const float e0 = carried * __expf(sm.gam[wm + gq]), e1 = carried * __expf(sm.gam[wm + gq + 8]);
+      for (int nt = 0; nt < 8; ++nt) {
+        acc[nt][0] *= e0;
+        acc[nt][1] *= e0;
+        acc[nt][2] *= e1;
+        acc[nt][3] *= e1;
+      }
+      for (int k0 = 0; k0 < kC; k0 += 16) {
+        uint32_t af[4];
+        load_a(af, sm.am, kLdC, wm, k0);
+        for (int np = 0; np < 4; ++np) {
+          uint32_t bf[4];
+          load_b_kn(bf, sm.w, kLd, k0, wn + np * 16);
+          mma(acc[2 * np], af, bf[0], bf[1]);
+          mma(acc[2 * np + 1], af, bf[2], bf[3]);
+        }
+      }
+      for (int nt = 0; nt < 8; ++nt)
+        for (int half = 0; half < 2; ++half) {
+          const int i = wm + gq + half * 8, col = wn + nt * 8 + tq * 2;
+          if (i >= len) continue;
+          Out* dst = op + ((t0 + i) * a.HV + hv) * V + col;
+          dst[0] = from_float<Out>(a.scale * acc[nt][2 * half]);
+          dst[1] = from_float<Out>(a.scale * acc[nt][2 * half + 1]);
+        }
+    }
+    carried = 1.f;  // Sb holds S_loc itself from the second chunk on
+    if (c + 1 < last) {
+      // S_loc = e^Γ S_loc + Kᵀ (e^{Γ−γ} ⊙ v): scale v's rows in place, then warp w updates rows 16w...
+      const float big_gamma = sm.gam[len - 1];
+      __syncthreads();  // every warp is done reading v, Sb
+      for (int e = threadIdx.x; e < kC * kD; e += blockDim.x) {
+        const int i = e >> 7, col = e & 127;
+        const float f = i < len ? __expf(big_gamma - sm.gam[i]) : 0.f;
+        sm.w[i * kLd + col] = __float2bfloat16_rn(__bfloat162float(sm.w[i * kLd + col]) * f);
+      }
+      __syncthreads();
+      const float decay = __expf(big_gamma);
+      for (int nh = 0; nh < 2; ++nh) {
+        float acc[8][4];
+        for (int nt = 0; nt < 8; ++nt)
+          for (int half = 0; half < 2; ++half) {
+            const int d = warp * 16 + gq + half * 8, col = nh * 64 + nt * 8 + tq * 2;
+            acc[nt][2 * half] = decay * sf[d * kD + col];
+            acc[nt][2 * half + 1] = decay * sf[d * kD + col + 1];
+          }
+        for (int k0 = 0; k0 < kC; k0 += 16) {
+          uint32_t af[4];
+          load_a_t(af, sm.k, kLd, warp * 16, k0);
+          for (int np = 0; np < 4; ++np) {
+            uint32_t bf[4];
+            load_b_kn(bf, sm.w, kLd, k0, nh * 64 + np * 16);
+            mma(acc[2 * np], af, bf[0], bf[1]);
+            mma(acc[2 * np + 1], af, bf[2], bf[3]);
+          }
+        }
+        for (int nt = 0; nt < 8; ++nt)
+          for (int half = 0; half < 2; ++half) {
+            const int d = warp * 16 + gq + half * 8, col = nh * 64 + nt * 8 + tq * 2;
+            sf[d * kD + col] = acc[nt][2 * half];
+            sf[d * kD + col + 1] = acc[nt][2 * half + 1];
+            *reinterpret_cast<uint32_t*>(sm.sb + d * kLd + col) = pack_bf16(acc[nt][2 * half], acc[nt][2 * half + 1]);
+          }
+      }
+    }
+    __syncthreads();  // before the next chunk's loads overwrite q, k, w, gam
+  }
+}
+
+size_t prepare_tc_smem() { return sizeof(PrepSmem); }
+size_t recurrence_tc_smem() { return sizeof(RecSmem); }
+size_t output_tc_smem(bool multi) { return sizeof(OutSmem) + (multi ? size_t(kD) * kD * 4 : 0); }
+}  // namespace tc
+
+// ---------------------------------------------------------------------------------------------------------
 #define SGDN_TRY_CUDA(call)                                                                           \
   do {                                                                                                \
     cudaError_t status_ = (call);                                                                     \
@@ -901,6 +1602,7 @@ SnapshotView snapshot_view(const Problem& p, void* workspace) {
   Workspace ws = carve(p, workspace);
   SnapshotView view;
   view.snapshots = ws.snapshots;
+  view.snapshots_bf16 = p.uses_tensor_cores();
   view.snapshot_chunk = ws.snapshot_chunk;
   view.snapshot_count = ws.snapshot_count;
   view.chunk_offset = ws.chunk_offset;
@@ -948,13 +1650,24 @@ std::string forward(const Problem& p, const DeviceTensors& t, void* workspace, s
                    p.solver_band >= p.chunk / p.solver_block ? -1 : p.solver_band, p.score != ScoreKind::none,
                    ws.gamma, ws.u, ws.w, ws.chunk_decay, ws.statistic};
   const dim3 chunk_grid{unsigned(nmax), unsigned(HV), 1u};
-  std::string err = bf16 ? launch_prepare<__nv_bfloat16>(p, prep, chunk_grid, stream)
-                         : launch_prepare<float>(p, prep, chunk_grid, stream);
-  if (!err.empty()) return err;
+  const bool use_tc = p.uses_tensor_cores();
+  auto* u_tc = reinterpret_cast<__nv_bfloat16*>(ws.u);
+  auto* w_tc = reinterpret_cast<__nv_bfloat16*>(ws.w);
+  std::string err;
+  if (use_tc) {
+    const size_t smem = tc::prepare_tc_smem();
+    SGDN_TRY_CUDA(cudaFuncSetAttribute(tc::prepare_tc_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
+    tc::prepare_tc_kernel<<<chunk_grid, 128, smem, stream>>>(prep, u_tc, w_tc);
+    SGDN_TRY_LAUNCH("prepare_tc_kernel");
+  } else {
+    err = bf16 ? launch_prepare<__nv_bfloat16>(p, prep, chunk_grid, stream)
+               : launch_prepare<float>(p, prep, chunk_grid, stream);
+    if (!err.empty()) return err;
+  }
 
   timer.mark("prepare");
   // 3. scores
-  score_kernel<<<unsigned(S), min(HV, 1024), 0, stream>>>(ws.chunk_offset, HV, units, p.ratio(), p.score,
+  score_kernel<<<unsigned(S), 1024, 0, stream>>>(ws.chunk_offset, HV, units, p.ratio(), p.score,
                                                          p.survival_skip_own_group, p.group, ws.statistic,
                                                          ws.chunk_decay, head_score, ws.unit_score);
   SGDN_TRY_LAUNCH("score_kernel");
@@ -1019,10 +1732,18 @@ std::string forward(const Problem& p, const DeviceTensors& t, void* workspace, s
                      ws.chunk_decay, ws.gamma, ws.u, ws.w, p.qk_heads, HV, p.key_dim, p.value_dim, p.chunk,
                      p.group, VT, ws.snapshots, ws.snapshot_chunk, ws.snapshot_count, ws.group_slot,
                      ws.group_log_decay, t.final_state};
-  const dim3 rec_grid{unsigned(S), unsigned(HV), unsigned(vtiles)};
-  err = bf16 ? launch_recurrence<__nv_bfloat16>(p, rec, rec_grid, stream)
-             : launch_recurrence<float>(p, rec, rec_grid, stream);
-  if (!err.empty()) return err;
+  if (use_tc) {
+    const dim3 grid{unsigned(S), unsigned(HV), unsigned(tc::kD / tc::kVT)};
+    const size_t smem = tc::recurrence_tc_smem();
+    SGDN_TRY_CUDA(cudaFuncSetAttribute(tc::recurrence_tc_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
+    tc::recurrence_tc_kernel<<<grid, 128, smem, stream>>>(rec, u_tc, w_tc);
+    SGDN_TRY_LAUNCH("recurrence_tc_kernel");
+  } else {
+    const dim3 rec_grid{unsigned(S), unsigned(HV), unsigned(vtiles)};
+    err = bf16 ? launch_recurrence<__nv_bfloat16>(p, rec, rec_grid, stream)
+               : launch_recurrence<float>(p, rec, rec_grid, stream);
+    if (!err.empty()) return err;
+  }
 
   timer.mark("recurrence");
   // 6. outputs
@@ -1031,7 +1752,20 @@ std::string forward(const Problem& p, const DeviceTensors& t, void* workspace, s
                  p.value_dim, p.chunk, p.group, VT, scale, t.o};
   const dim3 out_grid{unsigned(nmax), unsigned(HV), unsigned(vtiles)};
   const bool out_bf16 = p.output_dtype == DType::bfloat16;
-  if (bf16)
+  if (use_tc) {
+    const dim3 grid{unsigned(nmax), unsigned(HV), 1u};
+    const size_t smem = tc::output_tc_smem(p.group > 1);
+    if (out_bf16) {
+      SGDN_TRY_CUDA(cudaFuncSetAttribute(tc::output_tc_kernel<__nv_bfloat16>,
+                                         cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
+      tc::output_tc_kernel<__nv_bfloat16><<<grid, 256, smem, stream>>>(out, u_tc, w_tc);
+    } else {
+      SGDN_TRY_CUDA(cudaFuncSetAttribute(tc::output_tc_kernel<float>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                         int(smem)));
+      tc::output_tc_kernel<float><<<grid, 256, smem, stream>>>(out, u_tc, w_tc);
+    }
+    SGDN_TRY_LAUNCH("output_tc_kernel");
+  } else if (bf16)
     err = out_bf16 ? launch_output<__nv_bfloat16, __nv_bfloat16>(p, out, out_grid, stream)
                    : launch_output<__nv_bfloat16, float>(p, out, out_grid, stream);
   else

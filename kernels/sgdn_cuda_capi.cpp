@@ -56,6 +56,7 @@ sgdn::cuda::Problem to_problem(const sgdn_cuda_config& c) {
   p.scale = c.scale;
   p.input_dtype = DType(c.input_dtype);
   p.output_dtype = DType(c.output_dtype);
+  p.tensor_cores = c.tensor_cores != 0;
   if (p.qk_heads >= 1 && p.v_heads >= 1 && p.v_heads % p.qk_heads != 0)
     throw Failure{SGDN_CUDA_INVALID_ARGUMENT, "v_heads = " + std::to_string(p.v_heads) + " is not a multiple of qk_heads = " +
                                                   std::to_string(p.qk_heads)};
@@ -102,6 +103,7 @@ void sgdn_cuda_default_config(sgdn_cuda_config* config) {
   config->tau = 1.0;
   config->input_dtype = SGDN_CUDA_FLOAT32;
   config->output_dtype = SGDN_CUDA_FLOAT32;
+  config->tensor_cores = 1;
 }
 
 sgdn_cuda_status sgdn_cuda_workspace_size(const sgdn_cuda_config* config, size_t* bytes) {

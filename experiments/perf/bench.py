@@ -11,7 +11,7 @@ prepare, scores, selection, recurrence, outputs, final state) against FLA's chun
 (output_final_state=True, FLA_FLASH_QLA=0).
 
 Intermediates: FLA's h tensor N x HV x K x V bf16; ours the U/W workspace (bf16 on the tensor-core path) plus
-the snapshots actually written ((kept events + 1) x K x V fp32 per head).
+the snapshots actually written ((kept events + 1) x K x V per head, bf16 on the tensor-core path).
 
     SGDN_CUDA_LIB=build-cuda/dist/libsgdn_cuda_capi.so python3 experiments/perf/bench.py [--out DIR] [--quick]
 """

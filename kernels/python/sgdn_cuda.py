@@ -55,6 +55,7 @@ class Config(ctypes.Structure):
         ("scale", ctypes.c_float),
         ("input_dtype", ctypes.c_int32),
         ("output_dtype", ctypes.c_int32),
+        ("tensor_cores", ctypes.c_int32),
     ]
 
 
@@ -112,7 +113,8 @@ def _ptr(t):
 def chunk_sparse_gdn(q, k, v, g, beta, *, scale=None, initial_state=None, output_final_state=True,
                      cu_seqlens=None, chunk=64, group=1, solver="exact", block=16, band=1,
                      selector="dense", rho=0.29, score="survival", granularity="pair", seed=0, tau=1.0,
-                     min_per_head=0, skip_own_group=False, output_dtype=None, workspace=None):
+                     min_per_head=0, skip_own_group=False, output_dtype=None, workspace=None,
+                     tensor_cores=True):
     """Sparse GDN prefill on the GPU (SPEC §3–§7). Returns (o, final_state or None, events) where events is a
     dict with `mask` and `score` (flat, per sequence [HV, N_s] blocks), `budget` [num_seqs, units] and
     `chunk_offsets` (the per-sequence chunk offsets that index them)."""
@@ -180,6 +182,7 @@ def chunk_sparse_gdn(q, k, v, g, beta, *, scale=None, initial_state=None, output
     out_dtype = output_dtype or q.dtype
     _require(out_dtype in (torch.float32, torch.bfloat16), f"output_dtype {out_dtype}; allowed: float32, bfloat16")
     config.output_dtype = BFLOAT16 if out_dtype == torch.bfloat16 else FLOAT32
+    config.tensor_cores = int(bool(tensor_cores))
 
     size = ctypes.c_size_t(0)
     _check(lib, lib.sgdn_cuda_workspace_size(ctypes.byref(config), ctypes.byref(size)))
