@@ -7,9 +7,9 @@
 //      dense steps.
 #include "algorithms/engine.h"
 
+#include <array>
 #include <chrono>
 #include <cmath>
-#include <array>
 #include <mutex>
 
 #include "core/error.h"
@@ -22,7 +22,9 @@ Granularity parse_granularity(const std::string& text) {
   fail("selector.granularity = '", text, "' is not known; allowed: pair, head");
 }
 
-const char* granularity_name(Granularity g) { return g == Granularity::pair ? "pair" : "head"; }
+const char* granularity_name(Granularity g) {
+  return g == Granularity::pair ? "pair" : "head";
+}
 
 void EngineConfig::validate(const Shape& shape) const {
   require(chunk >= 1, "run.chunk = ", chunk, " must be >= 1");
@@ -32,8 +34,8 @@ void EngineConfig::validate(const Shape& shape) const {
   if (reference_states) {
     const std::vector<int64_t> want = {shape.batch, shape.v_heads, num_chunks(shape.tokens, chunk) + 1,
                                        shape.key_dim, shape.value_dim};
-    require(reference_states->dims() == want, "reference states have shape ", dims_str(reference_states->dims()),
-            ", expected ", dims_str(want));
+    require(reference_states->dims() == want, "reference states have shape ",
+            dims_str(reference_states->dims()), ", expected ", dims_str(want));
   }
 }
 
@@ -99,7 +101,9 @@ Mat<S> intra_chunk_attention(const PreparedChunk<S>& c) {
   return a;
 }
 
-double relative_error(double diff, double ref) { return ref > 0 ? diff / ref : diff; }
+double relative_error(double diff, double ref) {
+  return ref > 0 ? diff / ref : diff;
+}
 
 }  // namespace
 
@@ -170,7 +174,8 @@ EngineResult<S> run_cpu(const Inputs<S>& in, const EngineConfig& cfg) {
       res.budget[b * units + unit] = kept;
     }
     for (int64_t h = 0; h < HV; ++h)
-      for (int64_t c = 0; c < N; ++c) res.event_mask[(b * HV + h) * N + c] = unit_mask[size_t((pair ? h / r : h) * N + c)];
+      for (int64_t c = 0; c < N; ++c)
+        res.event_mask[(b * HV + h) * N + c] = unit_mask[size_t((pair ? h / r : h) * N + c)];
   }
 
   // Phase 3: carried state over selected events, and the outputs of every chunk.
@@ -229,7 +234,7 @@ EngineResult<S> run_cpu(const Inputs<S>& in, const EngineConfig& cfg) {
         Mat<S> o = (chunk.gamma.array().exp().matrix().asDiagonal() * chunk.q) * local;
         o.noalias() += intra_chunk_attention(chunk) * v_local;
         Eigen::Map<Mat<S>, 0, Eigen::OuterStride<>>(res.o.data() + ((b * T + c * C) * HV + h) * V, len, V,
-                                                     Eigen::OuterStride<>(HV * V)) = scale * o;
+                                                    Eigen::OuterStride<>(HV * V)) = scale * o;
         const double kv = double(len) * K * V;
         flops += 2 * kv + 2 * kv + 2.0 * len * len * K + 2.0 * len * len * V;
         // The carried state follows selected events only (SPEC §5).
@@ -278,7 +283,8 @@ EngineResult<S> run_cpu(const Inputs<S>& in, const EngineConfig& cfg) {
     res.snapshots = Tensor<float>({count, K, V});
     res.snapshot_index = Tensor<int32_t>({count, 3});
     for (int64_t i = 0; i < count; ++i) {
-      Eigen::Map<Mat<float>>(res.snapshots.data() + i * K * V, K, V) = snapshots[size_t(i)].second.template cast<float>();
+      Eigen::Map<Mat<float>>(res.snapshots.data() + i * K * V, K, V) =
+          snapshots[size_t(i)].second.template cast<float>();
       for (int j = 0; j < 3; ++j) res.snapshot_index[i * 3 + j] = snapshots[size_t(i)].first[size_t(j)];
     }
   }

@@ -25,8 +25,8 @@ struct EngineConfig {
   const Score* score = nullptr;
   const Selector* selector = nullptr;
   Granularity granularity = Granularity::pair;
-  bool keep_snapshots = false;      // fill snapshots / snapshot_index
-  bool record_chunk_states = false; // fill chunk_states with the carried state at every chunk boundary
+  bool keep_snapshots = false;       // fill snapshots / snapshot_index
+  bool record_chunk_states = false;  // fill chunk_states with the carried state at every chunk boundary
   // Exact carried states [B, HV, N + 1, K, V] (as record_chunk_states gives them for an exact dense run):
   // when set, state_error is filled.
   const Tensor<float>* reference_states = nullptr;
@@ -44,11 +44,11 @@ struct EngineResult {
   Tensor<float> snapshots;         // [S, K, V]: S0 and the carried state after each selected event
   Tensor<int32_t> snapshot_index;  // [S, 3]: (batch, head, chunk after which it was taken; -1 for S0)
   Tensor<float> chunk_states;      // [B, HV, N + 1, K, V] when record_chunk_states
-  Tensor<double> state_error;      // [B, HV, N]: ‖Ŝ_{c+1} − S_{c+1}‖_F / ‖S_{c+1}‖_F, with reference_states
-  double flops = 0;                // floating-point operations of this configuration (cost model)
-  double dense_flops = 0;          // the same count for exact solver and every event kept
-  double sequential_flops = 0;     // the part on the carried-state chain (selected events only)
-  double seconds = 0;              // wall time of the engine call
+  Tensor<double> state_error;  // [B, HV, N]: ‖Ŝ_{c+1} − S_{c+1}‖_F / ‖S_{c+1}‖_F, with reference_states
+  double flops = 0;            // floating-point operations of this configuration (cost model)
+  double dense_flops = 0;       // the same count for exact solver and every event kept
+  double sequential_flops = 0;  // the part on the carried-state chain (selected events only)
+  double seconds = 0;           // wall time of the engine call
 };
 
 // Runs the CPU backend. Validates the inputs and the configuration first (sgdn::Error naming the problem).

@@ -8,18 +8,18 @@ namespace sgdn {
 
 template <class S>
 struct PreparedChunk {
-  int64_t index = 0;   // chunk number c
-  int64_t length = 0;  // tokens in this chunk (the last may be short)
-  Mat<S> q;            // [length, K]
-  Mat<S> k;            // [length, K]
-  Mat<S> v;            // [length, V]
-  Vec<S> beta;         // [length]
-  Vec<S> gamma;        // [length], inclusive cumulative log decay inside the chunk
+  int64_t index = 0;      // chunk number c
+  int64_t length = 0;     // tokens in this chunk (the last may be short)
+  Mat<S> q;               // [length, K]
+  Mat<S> k;               // [length, K]
+  Mat<S> v;               // [length, V]
+  Vec<S> beta;            // [length]
+  Vec<S> gamma;           // [length], inclusive cumulative log decay inside the chunk
   S chunk_log_decay = 0;  // Γ = gamma[last]
-  Mat<S> l;            // [length, length] strictly lower: diag(β) K Kᵀ ⊙ D
-  Mat<S> u;            // [length, V] = T_c (β ⊙ V)
-  Mat<S> w;            // [length, K] = T_c (β ⊙ e^γ ⊙ K)
-  Mat<S> k_to_end;     // [length, K] = e^{Γ−γ} ⊙ K, the keys as the state at chunk end sees them
+  Mat<S> l;               // [length, length] strictly lower: diag(β) K Kᵀ ⊙ D
+  Mat<S> u;               // [length, V] = T_c (β ⊙ V)
+  Mat<S> w;               // [length, K] = T_c (β ⊙ e^γ ⊙ K)
+  Mat<S> k_to_end;        // [length, K] = e^{Γ−γ} ⊙ K, the keys as the state at chunk end sees them
 };
 
 }  // namespace sgdn

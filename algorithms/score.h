@@ -7,8 +7,8 @@
 
 #include "algorithms/prepared_chunk.h"
 #include "core/params.h"
-#include "core/strategy.h"
 #include "core/registry.h"
+#include "core/strategy.h"
 
 namespace sgdn {
 
@@ -19,14 +19,12 @@ struct ScoreContext {
 
 class Score : public Strategy {
  public:
-
   // The statistic of one prepared chunk (computed in parallel over chunks and heads).
   virtual double chunk_statistic(const PreparedChunk<double>& chunk) const = 0;
   virtual double chunk_statistic(const PreparedChunk<float>& chunk) const = 0;
   // Turns one head's statistics (in chunk order) into its scores, in place. chunk_log_decay[c] = Γ_c.
   virtual void finalize(std::vector<double>& /*stats*/, const std::vector<double>& /*chunk_log_decay*/,
                         const ScoreContext& /*context*/) const {}
-
 };
 
 template <class Derived>

@@ -6,7 +6,9 @@
 
 namespace sgdn {
 
-int64_t budget_of(double rho, int64_t n) { return std::llround(rho * double(n)); }
+int64_t budget_of(double rho, int64_t n) {
+  return std::llround(rho * double(n));
+}
 
 std::vector<int64_t> chunks_by_score(const UnitScores& scores, int64_t unit) {
   std::vector<int64_t> order(size_t(scores.chunks));

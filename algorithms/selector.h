@@ -6,8 +6,8 @@
 #include <vector>
 
 #include "core/params.h"
-#include "core/strategy.h"
 #include "core/registry.h"
+#include "core/strategy.h"
 
 namespace sgdn {
 
@@ -21,13 +21,11 @@ struct UnitScores {
 
 class Selector : public Strategy {
  public:
-
   // Writes mask[unit * chunks + chunk] = 1 for kept events (the caller zero-fills it). `sequence` is the
   // batch index, so that random selectors draw differently per sequence yet reproducibly.
   virtual void select(const UnitScores& scores, int64_t sequence, uint8_t* mask) const = 0;
   // False for selectors that ignore scores (dense, random, stride): the engine may skip computing them.
   virtual bool uses_scores() const { return true; }
-
 };
 
 Registry<Selector>& selector_registry();

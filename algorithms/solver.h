@@ -6,8 +6,8 @@
 
 #include "algorithms/eigen_types.h"
 #include "core/params.h"
-#include "core/strategy.h"
 #include "core/registry.h"
+#include "core/strategy.h"
 
 namespace sgdn {
 
@@ -21,7 +21,6 @@ struct BandedSolverForm {
 
 class Solver : public Strategy {
  public:
-
   // rhs <- T_c rhs. `l` is strictly lower triangular (length x length); rhs is length x cols.
   virtual void apply(const Mat<double>& l, Mat<double>& rhs) const = 0;
   virtual void apply(const Mat<float>& l, Mat<float>& rhs) const = 0;
@@ -31,7 +30,6 @@ class Solver : public Strategy {
   // Raises sgdn::Error if the solver cannot run with this chunk size (a block that does not divide it).
   virtual void check_chunk(int64_t /*chunk*/) const {}
   virtual std::optional<BandedSolverForm> banded_form() const { return std::nullopt; }
-
 };
 
 // Implements both precisions from one template member `apply_impl<S>` of Derived.

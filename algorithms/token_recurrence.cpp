@@ -30,14 +30,14 @@ TokenRecurrenceResult token_recurrence(const Inputs<double>& in) {
         const double* v = in.v.data() + ((b * T + t) * HV + h) * V;
         const double decay = std::exp(in.g[(b * T + t) * HV + h]);
         const double beta = in.beta[(b * T + t) * HV + h];
-        for (double& x : state) x *= decay;                       // S̃ = e^g S
-        std::fill(read.begin(), read.end(), 0.0);                 // S̃ᵀ k
+        for (double& x : state) x *= decay;        // S̃ = e^g S
+        std::fill(read.begin(), read.end(), 0.0);  // S̃ᵀ k
         for (int64_t i = 0; i < K; ++i)
           for (int64_t j = 0; j < V; ++j) read[j] += state[i * V + j] * k[i];
         for (int64_t j = 0; j < V; ++j) read[j] = beta * (v[j] - read[j]);
-        for (int64_t i = 0; i < K; ++i)                           // S = S̃ + β k (v − S̃ᵀk)ᵀ
+        for (int64_t i = 0; i < K; ++i)  // S = S̃ + β k (v − S̃ᵀk)ᵀ
           for (int64_t j = 0; j < V; ++j) state[i * V + j] += k[i] * read[j];
-        double* o = out.o.data() + ((b * T + t) * HV + h) * V;    // o = scale Sᵀ q
+        double* o = out.o.data() + ((b * T + t) * HV + h) * V;  // o = scale Sᵀ q
         for (int64_t j = 0; j < V; ++j) o[j] = 0;
         for (int64_t i = 0; i < K; ++i)
           for (int64_t j = 0; j < V; ++j) o[j] += state[i * V + j] * q[i];

@@ -55,7 +55,8 @@ Retention retention(const Tensor<uint8_t>& event_mask, const Tensor<int32_t>& bu
   r.overall = event_mask.size() ? double(kept) / double(event_mask.size()) : 0;
   r.per_unit.assign(size_t(units), 0.0);
   for (int64_t b = 0; b < B; ++b)
-    for (int64_t u = 0; u < units; ++u) r.per_unit[size_t(u)] += double(budget[b * units + u]) / double(N * B);
+    for (int64_t u = 0; u < units; ++u)
+      r.per_unit[size_t(u)] += double(budget[b * units + u]) / double(N * B);
   return r;
 }
 
@@ -83,6 +84,7 @@ Cost cost_of(const Shape& s, int64_t chunk, double flops, double dense_flops, do
 }
 
 template OutputError output_error<float>(const Tensor<float>&, const Tensor<double>&, const Shape&, int64_t);
-template OutputError output_error<double>(const Tensor<double>&, const Tensor<double>&, const Shape&, int64_t);
+template OutputError output_error<double>(const Tensor<double>&, const Tensor<double>&, const Shape&,
+                                          int64_t);
 
 }  // namespace sgdn

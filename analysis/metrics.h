@@ -9,18 +9,19 @@
 namespace sgdn {
 
 struct OutputError {
-  double overall = 0;                     // ‖O − O_exact‖ / ‖O_exact‖
-  std::vector<double> per_head;           // [HV], over the batch
-  std::vector<double> per_bucket;         // [buckets]: tokens split into equal position ranges
-  std::vector<int64_t> bucket_start;      // [buckets]: first token of each bucket
+  double overall = 0;                 // ‖O − O_exact‖ / ‖O_exact‖
+  std::vector<double> per_head;       // [HV], over the batch
+  std::vector<double> per_bucket;     // [buckets]: tokens split into equal position ranges
+  std::vector<int64_t> bucket_start;  // [buckets]: first token of each bucket
 };
 
 template <class S>
-OutputError output_error(const Tensor<S>& o, const Tensor<double>& exact, const Shape& shape, int64_t buckets);
+OutputError output_error(const Tensor<S>& o, const Tensor<double>& exact, const Shape& shape,
+                         int64_t buckets);
 
 struct Retention {
-  double overall = 0;                // kept events / all events
-  std::vector<double> per_unit;      // [units]: fraction kept by each head group (or head), batch mean
+  double overall = 0;            // kept events / all events
+  std::vector<double> per_unit;  // [units]: fraction kept by each head group (or head), batch mean
 };
 Retention retention(const Tensor<uint8_t>& event_mask, const Tensor<int32_t>& budget);
 
@@ -28,10 +29,10 @@ Retention retention(const Tensor<uint8_t>& event_mask, const Tensor<int32_t>& bu
 std::vector<double> state_error_by_chunk(const Tensor<double>& state_error);
 
 struct Cost {
-  double flops_ratio = 0;          // flops of the configuration / dense flops
-  double sequential_ratio = 0;     // flops on the carried-state chain / the dense chain's
-  double state_bytes = 0;          // carried states kept (snapshots, fp32)
-  double dense_state_bytes = 0;    // a state per chunk and head, as a dense chunked kernel writes (fp32)
+  double flops_ratio = 0;        // flops of the configuration / dense flops
+  double sequential_ratio = 0;   // flops on the carried-state chain / the dense chain's
+  double state_bytes = 0;        // carried states kept (snapshots, fp32)
+  double dense_state_bytes = 0;  // a state per chunk and head, as a dense chunked kernel writes (fp32)
 };
 Cost cost_of(const Shape& shape, int64_t chunk, double flops, double dense_flops, double sequential_flops,
              const Tensor<uint8_t>& event_mask);

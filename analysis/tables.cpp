@@ -15,7 +15,8 @@ namespace sgdn {
 
 namespace {
 
-std::string value_or(const std::map<std::string, std::string>& m, const std::string& key, const std::string& fallback) {
+std::string value_or(const std::map<std::string, std::string>& m, const std::string& key,
+                     const std::string& fallback) {
   auto it = m.find(key);
   return it == m.end() ? fallback : it->second;
 }
@@ -35,13 +36,16 @@ std::string sci(double x) {
 std::string solver_label(const RunRecord& r) {
   const std::string name = value_or(r.config, "solver.name", "?");
   if (name == "block_adjacent")
-    return name + "(b" + value_or(r.config, "solver.block", "?") + ",band" + value_or(r.config, "solver.band", "?") + ")";
+    return name + "(b" + value_or(r.config, "solver.block", "?") + ",band" +
+           value_or(r.config, "solver.band", "?") + ")";
   return name;
 }
 
 std::string selector_label(const RunRecord& r) {
   std::string s = value_or(r.config, "selector.name", "?");
-  if (s != "dense") s += "/" + value_or(r.config, "selector.score", "?") + "/" + value_or(r.config, "selector.granularity", "?");
+  if (s != "dense")
+    s += "/" + value_or(r.config, "selector.score", "?") + "/" +
+         value_or(r.config, "selector.granularity", "?");
   return s;
 }
 
@@ -137,14 +141,15 @@ void print_analysis(std::ostream& out, const std::vector<RunRecord>& runs) {
   }
   std::vector<std::vector<std::string>> rows;
   for (const auto& [key, a] : groups) {
-    rows.push_back({key[0], key[1], key[2], key[3], std::to_string(a.n), a.err_n ? sci(a.err / a.err_n) : "-", a.err_n ? sci(a.err_max) : "-",
-                    fixed(100 * a.ret / a.n, 1) + "%",
+    rows.push_back({key[0], key[1], key[2], key[3], std::to_string(a.n), a.err_n ? sci(a.err / a.err_n) : "-",
+                    a.err_n ? sci(a.err_max) : "-", fixed(100 * a.ret / a.n, 1) + "%",
                     a.needle_n ? fixed(100 * a.needle / a.needle_n, 1) + "%" : "-", fixed(a.flops / a.n, 2),
                     fixed(a.state_dense > 0 ? a.state / a.state_dense : 0, 2)});
   }
   out << "\nError, retention and cost per configuration (mean over workloads)\n\n";
-  print_table(out, {"solver", "selector", "rho", "G", "runs", "output err", "max err", "kept", "needle acc",
-                    "flops/dense", "states/dense"},
+  print_table(out,
+              {"solver", "selector", "rho", "G", "runs", "output err", "max err", "kept", "needle acc",
+               "flops/dense", "states/dense"},
               rows);
 
   // Needle accuracy per configuration and sequence length.
@@ -155,7 +160,8 @@ void print_analysis(std::ostream& out, const std::vector<RunRecord>& runs) {
     if (std::isnan(acc)) continue;
     const int64_t T = parse_int("workload.tokens", value_or(r.config, "workload.tokens", "0"));
     lengths.insert(T);
-    auto& cell = needle[{selector_label(r), budget_label(r), value_or(r.config, "run.group", "?"), solver_label(r)}][T];
+    auto& cell = needle[{selector_label(r), budget_label(r), value_or(r.config, "run.group", "?"),
+                         solver_label(r)}][T];
     cell.first += acc;
     cell.second += 1;
   }
@@ -167,7 +173,8 @@ void print_analysis(std::ostream& out, const std::vector<RunRecord>& runs) {
       std::vector<std::string> row = key;
       for (int64_t T : lengths) {
         auto it = by_length.find(T);
-        row.push_back(it == by_length.end() ? "-" : fixed(100 * it->second.first / it->second.second, 1) + "%");
+        row.push_back(it == by_length.end() ? "-"
+                                            : fixed(100 * it->second.first / it->second.second, 1) + "%");
       }
       needle_rows.push_back(row);
     }
@@ -180,7 +187,8 @@ void print_analysis(std::ostream& out, const std::vector<RunRecord>& runs) {
   for (const RunRecord& r : runs) {
     if (value_or(r.config, "selector.name", "") == "dense" || r.retention_per_unit.empty()) continue;
     auto& b = budgets[{selector_label(r), budget_label(r), value_or(r.config, "workload.kind", "?")}];
-    if (b.first.size() != r.retention_per_unit.size()) b = {std::vector<double>(r.retention_per_unit.size(), 0.0), 0};
+    if (b.first.size() != r.retention_per_unit.size())
+      b = {std::vector<double>(r.retention_per_unit.size(), 0.0), 0};
     for (size_t u = 0; u < r.retention_per_unit.size(); ++u) b.first[u] += r.retention_per_unit[u];
     b.second += 1;
   }
@@ -195,7 +203,8 @@ void print_analysis(std::ostream& out, const std::vector<RunRecord>& runs) {
         hi = std::max(hi, share);
         cells += (u ? " " : "") + fixed(100 * share, 0);
       }
-      budget_rows.push_back({key[0], key[1], key[2], fixed(100 * lo, 0) + "-" + fixed(100 * hi, 0) + "%", cells});
+      budget_rows.push_back(
+          {key[0], key[1], key[2], fixed(100 * lo, 0) + "-" + fixed(100 * hi, 0) + "%", cells});
     }
     out << "\nEvents kept per head group (% of chunks; one number per group, in head order)\n\n";
     print_table(out, {"selector", "rho", "workload", "range", "per group"}, budget_rows);

@@ -25,7 +25,8 @@ Inputs<Scalar> make_inputs(const Shape& shape, bool with_initial_state) {
   in.v = Tensor<Scalar>({B, T, shape.v_heads, shape.value_dim});
   in.g = Tensor<Scalar>({B, T, shape.v_heads});
   in.beta = Tensor<Scalar>({B, T, shape.v_heads});
-  if (with_initial_state) in.initial_state = Tensor<Scalar>({B, shape.v_heads, shape.key_dim, shape.value_dim});
+  if (with_initial_state)
+    in.initial_state = Tensor<Scalar>({B, shape.v_heads, shape.key_dim, shape.value_dim});
   return in;
 }
 
@@ -58,7 +59,8 @@ void validate(const Inputs<Scalar>& in) {
     check_tensor("initial_state", in.initial_state, {B, s.v_heads, s.key_dim, s.value_dim});
   }
   for (int64_t i = 0; i < in.g.size(); ++i) {
-    require(in.g[i] <= 0, "input g must be <= 0 (log decay), but g = ", double(in.g[i]), " at flat index ", i);
+    require(in.g[i] <= 0, "input g must be <= 0 (log decay), but g = ", double(in.g[i]), " at flat index ",
+            i);
   }
   const double beta_max = in.allow_negative_eigenvalues ? 2.0 : 1.0;
   for (int64_t i = 0; i < in.beta.size(); ++i) {
@@ -66,7 +68,8 @@ void validate(const Inputs<Scalar>& in) {
             "], but beta = ", double(in.beta[i]), " at flat index ", i,
             in.allow_negative_eigenvalues ? "" : " (allow_negative_eigenvalues raises the limit to 2)");
   }
-  require(!(in.scale < 0) && std::isfinite(in.scale), "scale must be a finite positive number, got ", in.scale);
+  require(!(in.scale < 0) && std::isfinite(in.scale), "scale must be a finite positive number, got ",
+          in.scale);
 }
 
 template <class Scalar>

@@ -10,13 +10,13 @@ namespace sgdn {
 template <class Scalar>
 struct Inputs {
   Shape shape;
-  Tensor<Scalar> q;              // [B, T, H, K]
-  Tensor<Scalar> k;              // [B, T, H, K]
-  Tensor<Scalar> v;              // [B, T, HV, V]
-  Tensor<Scalar> g;              // [B, T, HV], log decay, <= 0
-  Tensor<Scalar> beta;           // [B, T, HV], write strength
-  Tensor<Scalar> initial_state;  // [B, HV, K, V], or empty for S0 = 0
-  double scale = 0.0;            // output scale; 0 means 1 / sqrt(K)
+  Tensor<Scalar> q;                         // [B, T, H, K]
+  Tensor<Scalar> k;                         // [B, T, H, K]
+  Tensor<Scalar> v;                         // [B, T, HV, V]
+  Tensor<Scalar> g;                         // [B, T, HV], log decay, <= 0
+  Tensor<Scalar> beta;                      // [B, T, HV], write strength
+  Tensor<Scalar> initial_state;             // [B, HV, K, V], or empty for S0 = 0
+  double scale = 0.0;                       // output scale; 0 means 1 / sqrt(K)
   bool allow_negative_eigenvalues = false;  // beta may reach 2 instead of 1
 
   double effective_scale() const { return scale > 0 ? scale : 1.0 / std::sqrt(double(shape.key_dim)); }

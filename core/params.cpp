@@ -63,7 +63,8 @@ bool Params::get_bool(const std::string& key, bool fallback) const {
   return it == values_.end() ? fallback : parse_bool(qualified(key), it->second);
 }
 
-double Params::get_double_in(const std::string& key, double fallback, double lo, double hi, bool lo_open) const {
+double Params::get_double_in(const std::string& key, double fallback, double lo, double hi,
+                             bool lo_open) const {
   const double value = get_double(key, fallback);
   const bool ok = (lo_open ? value > lo : value >= lo) && value <= hi;
   require(ok, qualified(key), " = ", value, " is outside ", lo_open ? "(" : "[", lo, ", ", hi, "]");

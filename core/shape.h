@@ -22,6 +22,8 @@ struct Shape {
   std::string str() const;
 };
 
-inline int64_t num_chunks(int64_t tokens, int64_t chunk) { return (tokens + chunk - 1) / chunk; }
+inline int64_t num_chunks(int64_t tokens, int64_t chunk) {
+  return (tokens + chunk - 1) / chunk;
+}
 
 }  // namespace sgdn

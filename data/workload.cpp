@@ -20,7 +20,6 @@ Shape shape_of(const Params& p) {
   return s;
 }
 
-
 }  // namespace
 
 Workload make_workload(const Params& p) {

@@ -24,8 +24,8 @@ struct Workload {
 Workload make_workload(const Params& params);
 
 // Writes /workloads/<wid>: inputs (when with_inputs), needle truth (when present) and exact/o.
-void write_workload(h5::File& file, const std::string& wid, const Workload& workload, const Tensor<double>& exact_o,
-                    bool with_inputs);
+void write_workload(h5::File& file, const std::string& wid, const Workload& workload,
+                    const Tensor<double>& exact_o, bool with_inputs);
 // Reads the needle truth of /workloads/<wid>/needle, if the file has one.
 std::optional<NeedleTruth> read_needle_truth(const h5::File& file, const std::string& wid);
 

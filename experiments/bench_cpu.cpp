@@ -40,7 +40,8 @@ double eigen_block_rate() {
   return rate;
 }
 
-void run_config(const char* label, const Inputs<float>& in, const std::string& solver, const std::string& selector) {
+void run_config(const char* label, const Inputs<float>& in, const std::string& solver,
+                const std::string& selector) {
   const auto s = solver_registry().create(solver, Params("solver", {}));
   const auto score = score_registry().create("survival", Params("selector", {}));
   const auto sel = selector_registry().create(selector, Params("selector", {}));
@@ -49,7 +50,8 @@ void run_config(const char* label, const Inputs<float>& in, const std::string& s
   cfg.score = score.get();
   cfg.selector = sel.get();
   const EngineResult<float> r = run_cpu(in, cfg);
-  std::printf("| %-34s | %8.2f | %10.1f | %12.1f |\n", label, r.seconds, r.flops / 1e9, r.flops / r.seconds / 1e9);
+  std::printf("| %-34s | %8.2f | %10.1f | %12.1f |\n", label, r.seconds, r.flops / 1e9,
+              r.flops / r.seconds / 1e9);
 }
 
 }  // namespace

@@ -14,7 +14,8 @@ namespace po = boost::program_options;
 
 namespace {
 
-void add_specs(std::map<std::string, KeySpec>& keys, const std::string& section, const std::vector<ParamSpec>& specs) {
+void add_specs(std::map<std::string, KeySpec>& keys, const std::string& section,
+               const std::vector<ParamSpec>& specs) {
   for (const ParamSpec& p : specs) keys.emplace(section + "." + p.key, KeySpec{p.default_value, p.help, {}});
 }
 
@@ -41,9 +42,11 @@ void check_known_key(const std::string& key, const char* where) {
   const size_t dot = key.find('.');
   const std::string section = dot == std::string::npos ? "" : key.substr(0, dot);
   if (std::find(kSections.begin(), kSections.end(), section) == kSections.end()) {
-    fail("unknown config key '", key, "'", where, ": the sections are [", join(kSections, "] ["), "] and [sweep]");
+    fail("unknown config key '", key, "'", where, ": the sections are [", join(kSections, "] ["),
+         "] and [sweep]");
   }
-  fail("unknown config key '", key, "'", where, "; allowed in [", section, "]: ", join(keys_of_section(section), ", "));
+  fail("unknown config key '", key, "'", where, "; allowed in [", section,
+       "]: ", join(keys_of_section(section), ", "));
 }
 
 void set_override(Settings& settings, const std::string& assignment) {
@@ -72,24 +75,31 @@ const std::map<std::string, KeySpec>& config_keys() {
     add_specs(k, "workload", RandomWorkloadOptions::param_specs());
     add_specs(k, "workload", NeedleOptions::param_specs());
     k["run.backend"] = {"cpu", "cpu | cuda", {"cpu", "cuda"}};
-    k["run.precision"] = {"float32", "float64 | float32 on cpu; bfloat16 | float32 inputs on cuda",
+    k["run.precision"] = {"float32",
+                          "float64 | float32 on cpu; bfloat16 | float32 inputs on cuda",
                           {"float64", "float32", "bfloat16"}};
     k["run.chunk"] = {"64", "chunk size C", {}};
     k["run.group"] = {"1", "output window G in chunks (SPEC §6)", {}};
     k["run.normalize_qk"] = {"false", "L2-normalise q and k before the run", {}};
     k["run.position_buckets"] = {"8", "position buckets of the output error", {}};
     k["run.state_error"] = {"true", "measure the carried state against the exact one at every chunk", {}};
-    k["run.reference"] = {"true", "compute the float64 exact outputs (output and state error); false keeps task metrics only", {}};
+    k["run.reference"] = {
+        "true",
+        "compute the float64 exact outputs (output and state error); false keeps task metrics only",
+        {}};
     k["solver.name"] = {"block_adjacent", "intra-chunk solver", solver_registry().names()};
-    for (const std::string& name : solver_registry().names()) add_specs(k, "solver", solver_registry().entry(name).params);
+    for (const std::string& name : solver_registry().names())
+      add_specs(k, "solver", solver_registry().entry(name).params);
     k["selector.name"] = {"head_budget", "event selector", selector_registry().names()};
     // update_norm, not survival: survival's persistence weight falls to zero for the last chunks, so a needle
     // written late and read by queries at the end is dropped (needle suite, README "Choosing the default").
     k["selector.score"] = {"update_norm", "event score", score_registry().names()};
-    k["selector.granularity"] = {"pair", "pair: one decision per head group; head: per value head", {"pair", "head"}};
+    k["selector.granularity"] = {
+        "pair", "pair: one decision per head group; head: per value head", {"pair", "head"}};
     for (const std::string& name : selector_registry().names())
       add_specs(k, "selector", selector_registry().entry(name).params);
-    for (const std::string& name : score_registry().names()) add_specs(k, "selector", score_registry().entry(name).params);
+    for (const std::string& name : score_registry().names())
+      add_specs(k, "selector", score_registry().entry(name).params);
     k["dump.inputs"] = {"true", "write the workload inputs and exact outputs", {}};
     k["dump.outputs"] = {"true", "write each run's outputs", {}};
     k["dump.states"] = {"false", "write each run's state snapshots", {}};
@@ -121,9 +131,15 @@ std::string RunSpec::get(const std::string& key) const {
   require(it != resolved.end(), "run ", id, " has no key ", key);
   return it->second;
 }
-int64_t RunSpec::get_int(const std::string& key) const { return parse_int(key, get(key)); }
-double RunSpec::get_double(const std::string& key) const { return parse_double(key, get(key)); }
-bool RunSpec::get_bool(const std::string& key) const { return parse_bool(key, get(key)); }
+int64_t RunSpec::get_int(const std::string& key) const {
+  return parse_int(key, get(key));
+}
+double RunSpec::get_double(const std::string& key) const {
+  return parse_double(key, get(key));
+}
+bool RunSpec::get_bool(const std::string& key) const {
+  return parse_bool(key, get(key));
+}
 
 Params RunSpec::section(const std::string& name) const {
   std::map<std::string, std::string> values;
@@ -135,7 +151,8 @@ Params RunSpec::section(const std::string& name) const {
 std::string RunSpec::label() const {
   std::ostringstream out;
   out << get("solver.name");
-  if (get("solver.name") == "block_adjacent") out << "(b" << get("solver.block") << ",band" << get("solver.band") << ")";
+  if (get("solver.name") == "block_adjacent")
+    out << "(b" << get("solver.block") << ",band" << get("solver.band") << ")";
   out << " " << get("selector.name");
   if (resolved.count("selector.rho")) out << " rho=" << get("selector.rho");
   if (resolved.count("selector.tau")) out << " tau=" << get("selector.tau");
@@ -225,8 +242,8 @@ RunSpec resolve_run(const Settings& settings) {
     r.erase("selector.score");
     settings_without_score = true;
   }
-  const std::string score = settings_without_score ? config_keys().at("selector.score").default_value
-                                                   : take("selector.score");
+  const std::string score =
+      settings_without_score ? config_keys().at("selector.score").default_value : take("selector.score");
   r["selector.score"] = score;
   for (const ParamSpec& p : score_registry().entry(score).params) {
     if (settings_without_score) {
@@ -343,7 +360,8 @@ std::vector<RunSpec> Experiment::expand() const {
     auto id = point.find("workload.id");
     if (kind != point.end() && kind->second == "file" && (id == point.end() || id->second.empty())) {
       auto path = point.find("workload.path");
-      require(path != point.end() && !path->second.empty(), "workload.path must name an HDF5 file when workload.kind = file");
+      require(path != point.end() && !path->second.empty(),
+              "workload.path must name an HDF5 file when workload.kind = file");
       for (const std::string& wid : list_workloads(path->second)) {  // every workload in the file
         Settings q = point;
         q["workload.id"] = wid;

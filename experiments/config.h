@@ -35,7 +35,7 @@ struct RunSpec {
   double get_double(const std::string& key) const;
   bool get_bool(const std::string& key) const;
   Params section(const std::string& name) const;  // the keys of one section, without the prefix
-  std::string label() const;                       // short human description for progress and tables
+  std::string label() const;                      // short human description for progress and tables
 };
 
 struct Experiment {

@@ -25,9 +25,11 @@ int command_run_or_list(const std::string& command, const std::vector<std::strin
   std::vector<std::string> sets;
   std::string out, backend, shard = "0/1";
   desc.add_options()("set", po::value(&sets)->composing(), "override a config key: section.key=value")(
-      "out", po::value(&out), "experiment file (default: the config's name with .h5, in the current directory)")(
+      "out", po::value(&out),
+      "experiment file (default: the config's name with .h5, in the current directory)")(
       "backend", po::value(&backend), "cpu | cuda (same as --set run.backend=...)")(
-      "shard", po::value(&shard), "run every n-th run starting at i: i/n")("config", po::value<std::string>(), "");
+      "shard", po::value(&shard), "run every n-th run starting at i: i/n")("config", po::value<std::string>(),
+                                                                           "");
   po::positional_options_description pos;
   pos.add("config", 1);
   po::variables_map vm;
@@ -39,7 +41,8 @@ int command_run_or_list(const std::string& command, const std::vector<std::strin
   const Experiment exp = load_experiment(config, sets);
   if (command == "list") {
     const std::vector<RunSpec> runs = exp.expand();
-    for (const RunSpec& run : runs) std::cout << run.id << "  " << run.workload_id << "  " << run.label() << "\n";
+    for (const RunSpec& run : runs)
+      std::cout << run.id << "  " << run.workload_id << "  " << run.label() << "\n";
     std::cout << runs.size() << " runs\n";
     return 0;
   }
@@ -47,8 +50,8 @@ int command_run_or_list(const std::string& command, const std::vector<std::strin
   options.out = out.empty() ? std::filesystem::path(config).stem().string() + ".h5" : out;
   std::tie(options.shard_index, options.shard_count) = parse_shard(shard);
   const RunnerSummary summary = run_experiment(exp, options, std::cerr);
-  std::cerr << "sgdn run: " << summary.ran << " runs done now, " << summary.already_done << " found done; wrote "
-            << options.out << "\n";
+  std::cerr << "sgdn run: " << summary.ran << " runs done now, " << summary.already_done
+            << " found done; wrote " << options.out << "\n";
   print_analysis(std::cout, read_runs(options.out));
   return 0;
 }

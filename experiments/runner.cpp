@@ -30,14 +30,15 @@ struct PreparedWorkload {
   std::map<int64_t, Tensor<float>> exact_states;  // by chunk size, computed on demand
 };
 
-
-std::string part_of_run(const fs::path& parts, const std::string& rid) { return (parts / ("run-" + rid + ".h5")).string(); }
+std::string part_of_run(const fs::path& parts, const std::string& rid) {
+  return (parts / ("run-" + rid + ".h5")).string();
+}
 std::string part_of_workload(const fs::path& parts, const std::string& wid) {
   return (parts / ("workload-" + wid + ".h5")).string();
 }
 
-PreparedWorkload& prepare_workload(const RunSpec& run, const fs::path& parts, std::unique_ptr<PreparedWorkload>& cache,
-                                   std::ostream& progress) {
+PreparedWorkload& prepare_workload(const RunSpec& run, const fs::path& parts,
+                                   std::unique_ptr<PreparedWorkload>& cache, std::ostream& progress) {
   if (cache && cache->wid == run.workload_id) return *cache;
   cache.reset();
   auto w = std::make_unique<PreparedWorkload>();
@@ -47,7 +48,8 @@ PreparedWorkload& prepare_workload(const RunSpec& run, const fs::path& parts, st
   const bool reference = run.get_bool("run.reference");
   if (fs::exists(part)) {  // written by an earlier, interrupted call
     const h5::File file = h5::File::open(part);
-    if (has_exact_outputs(file, w->wid)) w->exact_o = load_exact_outputs(file, w->wid, w->workload.inputs.shape);
+    if (has_exact_outputs(file, w->wid))
+      w->exact_o = load_exact_outputs(file, w->wid, w->workload.inputs.shape);
   } else {
     if (reference) {
       const auto start = std::chrono::steady_clock::now();
@@ -129,14 +131,17 @@ void execute_run(const RunSpec& run, PreparedWorkload& pw, const std::string& pa
     options.tensor_cores = options.input_precision == CudaPrecision::bfloat16;
     res = run_cuda(inputs.cast<float>(), config, options);
 #else
-    fail("run.backend = cuda: this sgdn was built without the CUDA backend (configure with -DSGDN_WITH_CUDA=ON)");
+    fail(
+        "run.backend = cuda: this sgdn was built without the CUDA backend (configure with "
+        "-DSGDN_WITH_CUDA=ON)");
 #endif
   }
   if (exact_against_normalized) pw.exact_states.erase(chunk);
 
   const Shape& shape = inputs.shape;
   const std::optional<OutputError> err =
-      reference ? std::optional<OutputError>(output_error(res.o, exact_o, shape, run.get_int("run.position_buckets")))
+      reference ? std::optional<OutputError>(
+                      output_error(res.o, exact_o, shape, run.get_int("run.position_buckets")))
                 : std::nullopt;
   const Retention ret = retention(res.event_mask, res.budget);
   const Cost cost = cost_of(shape, chunk, res.flops, res.dense_flops, res.sequential_flops, res.event_mask);
@@ -258,7 +263,8 @@ std::string format_seconds(double s) {
 
 }  // namespace
 
-RunnerSummary run_experiment(const Experiment& experiment, const RunnerOptions& options, std::ostream& progress) {
+RunnerSummary run_experiment(const Experiment& experiment, const RunnerOptions& options,
+                             std::ostream& progress) {
   require(!options.out.empty(), "sgdn run: no output file (--out FILE.h5)");
   const std::vector<RunSpec> all = experiment.expand();  // validates every run before anything is written
   std::vector<RunSpec> mine;

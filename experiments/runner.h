@@ -10,19 +10,20 @@
 namespace sgdn {
 
 struct RunnerOptions {
-  std::string out;            // the experiment file (FILE.h5); parts go to FILE.h5.parts/
-  int64_t shard_index = 0;    // run every shard_count-th run starting at shard_index
+  std::string out;          // the experiment file (FILE.h5); parts go to FILE.h5.parts/
+  int64_t shard_index = 0;  // run every shard_count-th run starting at shard_index
   int64_t shard_count = 1;
-  int64_t stop_after = -1;    // stop after this many new runs, without merging (tests of resuming)
+  int64_t stop_after = -1;  // stop after this many new runs, without merging (tests of resuming)
 };
 
 struct RunnerSummary {
-  int64_t runs = 0;           // runs of this shard
-  int64_t already_done = 0;   // found finished in the file or the parts
-  int64_t ran = 0;            // run by this call
-  bool merged = false;        // the parts were merged into `out`
+  int64_t runs = 0;          // runs of this shard
+  int64_t already_done = 0;  // found finished in the file or the parts
+  int64_t ran = 0;           // run by this call
+  bool merged = false;       // the parts were merged into `out`
 };
 
-RunnerSummary run_experiment(const Experiment& experiment, const RunnerOptions& options, std::ostream& progress);
+RunnerSummary run_experiment(const Experiment& experiment, const RunnerOptions& options,
+                             std::ostream& progress);
 
 }  // namespace sgdn

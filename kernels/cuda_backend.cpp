@@ -73,7 +73,8 @@ float bf16_bits_to_float(uint16_t b) {
   return out;
 }
 
-cuda::Problem make_problem(const Inputs<float>& inputs, const EngineConfig& config, const CudaRunOptions& options) {
+cuda::Problem make_problem(const Inputs<float>& inputs, const EngineConfig& config,
+                           const CudaRunOptions& options) {
   const Shape& shape = inputs.shape;
   cuda::Problem p;
   p.num_seqs = shape.batch;
@@ -87,7 +88,8 @@ cuda::Problem make_problem(const Inputs<float>& inputs, const EngineConfig& conf
 
   const std::optional<BandedSolverForm> form = config.solver->banded_form();
   require(form.has_value(), "solver '", config.solver->name(),
-          "' has no GPU implementation on the CUDA backend (it needs a banded form; available: exact, block_adjacent)");
+          "' has no GPU implementation on the CUDA backend (it needs a banded form; available: exact, "
+          "block_adjacent)");
   const int64_t blocks = form->block > 0 ? (config.chunk + form->block - 1) / form->block : 1;
   if (form->band >= blocks - 1 || config.chunk % form->block != 0) {
     // Every block kept: the exact inverse, whatever the block size.
@@ -105,7 +107,8 @@ cuda::Problem make_problem(const Inputs<float>& inputs, const EngineConfig& conf
     p.score = cuda::ScoreKind::survival;
     p.survival_skip_own_group = config.score->params().get_bool("skip_own_group", false);
   } else {
-    fail("score '", score, "' has no GPU implementation on the CUDA backend; available: update_norm, survival");
+    fail("score '", score,
+         "' has no GPU implementation on the CUDA backend; available: update_norm, survival");
   }
 
   const std::string& selector = config.selector->name();
@@ -127,14 +130,17 @@ cuda::Problem make_problem(const Inputs<float>& inputs, const EngineConfig& conf
     p.tau = sp.get_double("tau", 1.0);
   } else {
     fail("selector '", selector,
-         "' has no GPU implementation on the CUDA backend; available: dense, random, stride, topk, head_budget, threshold");
+         "' has no GPU implementation on the CUDA backend; available: dense, random, stride, topk, "
+         "head_budget, threshold");
   }
   if (p.selector != cuda::SelectorKind::dense && p.selector != cuda::SelectorKind::threshold)
     p.rho = sp.get_double("rho", 0.29);
   p.pair_granularity = config.granularity == Granularity::pair;
   p.scale = float(inputs.effective_scale());
-  p.input_dtype = options.input_precision == CudaPrecision::bfloat16 ? cuda::DType::bfloat16 : cuda::DType::float32;
-  p.output_dtype = options.output_precision == CudaPrecision::bfloat16 ? cuda::DType::bfloat16 : cuda::DType::float32;
+  p.input_dtype =
+      options.input_precision == CudaPrecision::bfloat16 ? cuda::DType::bfloat16 : cuda::DType::float32;
+  p.output_dtype =
+      options.output_precision == CudaPrecision::bfloat16 ? cuda::DType::bfloat16 : cuda::DType::float32;
   p.tensor_cores = options.tensor_cores;
 
   if (p.selector == cuda::SelectorKind::head_budget && p.min_per_head > 0) {
@@ -142,8 +148,8 @@ cuda::Problem make_problem(const Inputs<float>& inputs, const EngineConfig& conf
     const int64_t n = num_chunks(shape.tokens, config.chunk), units = p.units();
     const int64_t floor_each = std::min<int64_t>(p.min_per_head, n);
     const int64_t budget = budget_of(p.rho, n * units);
-    require(floor_each * units <= budget, "selector.min_per_head = ", p.min_per_head, " needs ", floor_each * units,
-            " events but the budget round(rho N heads) is ", budget);
+    require(floor_each * units <= budget, "selector.min_per_head = ", p.min_per_head, " needs ",
+            floor_each * units, " events but the budget round(rho N heads) is ", budget);
   }
   if (std::string problem = cuda::check_problem(p); !problem.empty()) fail("CUDA backend: ", problem);
   return p;
@@ -166,7 +172,8 @@ bool cuda_device_available() {
   return count > 0;
 }
 
-EngineResult<float> run_cuda(const Inputs<float>& inputs, const EngineConfig& config, const CudaRunOptions& options) {
+EngineResult<float> run_cuda(const Inputs<float>& inputs, const EngineConfig& config,
+                             const CudaRunOptions& options) {
   validate(inputs);
   config.validate(inputs.shape);
   const cuda::Problem p = make_problem(inputs, config, options);
@@ -227,23 +234,30 @@ EngineResult<float> run_cuda(const Inputs<float>& inputs, const EngineConfig& co
     check_cuda(cudaMemcpy(bits.data(), o.get(), bits.size() * 2, cudaMemcpyDeviceToHost), "download o");
     for (size_t i = 0; i < bits.size(); ++i) res.o[int64_t(i)] = bf16_bits_to_float(bits[i]);
   } else {
-    check_cuda(cudaMemcpy(res.o.data(), o.get(), size_t(res.o.size()) * 4, cudaMemcpyDeviceToHost), "download o");
+    check_cuda(cudaMemcpy(res.o.data(), o.get(), size_t(res.o.size()) * 4, cudaMemcpyDeviceToHost),
+               "download o");
   }
   res.final_state = Tensor<float>({B, HV, K, V});
-  check_cuda(cudaMemcpy(res.final_state.data(), final_state.get(), final_state.bytes(), cudaMemcpyDeviceToHost),
-             "download final state");
+  check_cuda(
+      cudaMemcpy(res.final_state.data(), final_state.get(), final_state.bytes(), cudaMemcpyDeviceToHost),
+      "download final state");
   res.event_mask = Tensor<uint8_t>({B, HV, N});
-  check_cuda(cudaMemcpy(res.event_mask.data(), mask.get(), mask.bytes(), cudaMemcpyDeviceToHost), "download mask");
+  check_cuda(cudaMemcpy(res.event_mask.data(), mask.get(), mask.bytes(), cudaMemcpyDeviceToHost),
+             "download mask");
   res.event_score = Tensor<float>({B, HV, N});
-  check_cuda(cudaMemcpy(res.event_score.data(), score.get(), score.bytes(), cudaMemcpyDeviceToHost), "download scores");
+  check_cuda(cudaMemcpy(res.event_score.data(), score.get(), score.bytes(), cudaMemcpyDeviceToHost),
+             "download scores");
   res.budget = Tensor<int32_t>({B, units});
-  check_cuda(cudaMemcpy(res.budget.data(), budget.get(), budget.bytes(), cudaMemcpyDeviceToHost), "download budget");
+  check_cuda(cudaMemcpy(res.budget.data(), budget.get(), budget.bytes(), cudaMemcpyDeviceToHost),
+             "download budget");
 
   if (config.keep_snapshots) {
     const cuda::SnapshotView view = cuda::snapshot_view(p, workspace.get());
     std::vector<int32_t> counts(size_t(B * HV)), chunks(size_t(view.max_slots));
-    check_cuda(cudaMemcpy(counts.data(), view.snapshot_count, counts.size() * 4, cudaMemcpyDeviceToHost), "download");
-    check_cuda(cudaMemcpy(chunks.data(), view.snapshot_chunk, chunks.size() * 4, cudaMemcpyDeviceToHost), "download");
+    check_cuda(cudaMemcpy(counts.data(), view.snapshot_count, counts.size() * 4, cudaMemcpyDeviceToHost),
+               "download");
+    check_cuda(cudaMemcpy(chunks.data(), view.snapshot_chunk, chunks.size() * 4, cudaMemcpyDeviceToHost),
+               "download");
     int64_t total = 0;
     for (int32_t c : counts) total += c;
     res.snapshots = Tensor<float>({total, K, V});
@@ -259,7 +273,8 @@ EngineResult<float> run_cuda(const Inputs<float>& inputs, const EngineConfig& co
           check_cuda(cudaMemcpy(bits.data(), reinterpret_cast<const uint16_t*>(view.snapshots) + base * K * V,
                                 bits.size() * 2, cudaMemcpyDeviceToHost),
                      "download snapshots");
-          for (size_t i = 0; i < bits.size(); ++i) res.snapshots.data()[row * K * V + int64_t(i)] = bf16_bits_to_float(bits[i]);
+          for (size_t i = 0; i < bits.size(); ++i)
+            res.snapshots.data()[row * K * V + int64_t(i)] = bf16_bits_to_float(bits[i]);
         } else {
           check_cuda(cudaMemcpy(res.snapshots.data() + row * K * V, view.snapshots + base * K * V,
                                 size_t(count * K * V) * 4, cudaMemcpyDeviceToHost),

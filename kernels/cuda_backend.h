@@ -21,6 +21,7 @@ bool cuda_device_available();
 // what is wrong; a solver without a banded form, or a score or selector the GPU lacks, is an error naming
 // it), uploads, runs, and fills o, final_state, event_mask, event_score, budget, and snapshots /
 // snapshot_index when config.keep_snapshots. chunk_states and state_error are not filled.
-EngineResult<float> run_cuda(const Inputs<float>& inputs, const EngineConfig& config, const CudaRunOptions& options);
+EngineResult<float> run_cuda(const Inputs<float>& inputs, const EngineConfig& config,
+                             const CudaRunOptions& options);
 
 }  // namespace sgdn

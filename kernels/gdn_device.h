@@ -60,7 +60,8 @@ struct Problem {
   // Error against float64 about 3e-3 (bf16 parity bound 1e-2) instead of 1e-6 on bf16-rounded inputs.
   bool tensor_cores = false;
   bool uses_tensor_cores() const {
-    return tensor_cores && input_dtype == DType::bfloat16 && key_dim == 128 && value_dim == 128 && chunk == 64;
+    return tensor_cores && input_dtype == DType::bfloat16 && key_dim == 128 && value_dim == 128 &&
+           chunk == 64;
   }
 
   int ratio() const { return v_heads / qk_heads; }
@@ -102,8 +103,8 @@ std::string forward(const Problem& p, const DeviceTensors& t, void* workspace, s
 // m-th selected event; snapshot_chunk[slot] is that event's chunk (-1 for S0) and snapshot_count[s*HV+h]
 // the number of slots used.
 struct SnapshotView {
-  const float* snapshots = nullptr;        // [slots, K, V] float32, or bfloat16 when snapshots_bf16
-  bool snapshots_bf16 = false;             // the tensor-core path keeps its snapshots in bf16
+  const float* snapshots = nullptr;         // [slots, K, V] float32, or bfloat16 when snapshots_bf16
+  bool snapshots_bf16 = false;              // the tensor-core path keeps its snapshots in bf16
   const int32_t* snapshot_chunk = nullptr;  // [slots]
   const int32_t* snapshot_count = nullptr;  // [num_seqs * HV]
   const int32_t* chunk_offset = nullptr;    // [num_seqs + 1]

@@ -17,8 +17,8 @@
 //                      dense chunk step over the group's chunks (SPEC §6)
 // Everything is fp32 arithmetic on fp32 or bf16 inputs; this is the correct-first version (issue 4);
 // tensor cores and fusion come with issue 5.
-#include <cub/cub.cuh>
 #include <cuda_bf16.h>
+#include <cub/cub.cuh>
 
 #include <cmath>
 #include <cstdio>
@@ -34,9 +34,15 @@ namespace {
 constexpr int kThreads = 256;
 constexpr int kValueTile = 64;  // V columns per block in the recurrence and output stages
 
-__device__ __forceinline__ int64_t min_i64(int64_t a, int64_t b) { return a < b ? a : b; }
-__device__ __forceinline__ float to_float(float x) { return x; }
-__device__ __forceinline__ float to_float(__nv_bfloat16 x) { return __bfloat162float(x); }
+__device__ __forceinline__ int64_t min_i64(int64_t a, int64_t b) {
+  return a < b ? a : b;
+}
+__device__ __forceinline__ float to_float(float x) {
+  return x;
+}
+__device__ __forceinline__ float to_float(__nv_bfloat16 x) {
+  return __bfloat162float(x);
+}
 template <class T>
 __device__ __forceinline__ T from_float(float x);
 template <>
@@ -51,48 +57,49 @@ __device__ __forceinline__ __nv_bfloat16 from_float<__nv_bfloat16>(float x) {
 // ---------------------------------------------------------------------------------------------------------
 // Workspace layout: one function carves it for both the size query and the run.
 struct Workspace {
-  int32_t* seq_start;         // [S]
-  int32_t* seq_len;           // [S]
-  int32_t* chunk_offset;      // [S + 1]
-  int32_t* group_offset;      // [S + 1]
-  int32_t* cu_default;        // [2] when cu_seqlens is null
-  int32_t* chunk_seq;         // [Nmax]
-  int32_t* group_seq;         // [Nmax]
-  float* gamma;               // [Nmax, HV, C]
-  float* u;                   // [Nmax, HV, C, V]
-  float* w;                   // [Nmax, HV, C, K]
-  float* chunk_decay;         // [E] event layout: Γ_c
-  float* statistic;           // [E]
-  float* head_score;          // [E]
-  float* unit_score;          // [E] (units <= HV)
-  uint8_t* unit_mask;         // [E]
-  uint8_t* head_mask;         // [E]
-  int32_t* budget;            // [S, HV]
-  uint64_t* keys_in;          // [E]
-  uint64_t* keys_out;         // [E]
-  int32_t* scratch;           // [E] (random selector's permutation)
-  int32_t* seg_begin;         // [S * HV]
-  int32_t* seg_end;           // [S * HV]
+  int32_t* seq_start;     // [S]
+  int32_t* seq_len;       // [S]
+  int32_t* chunk_offset;  // [S + 1]
+  int32_t* group_offset;  // [S + 1]
+  int32_t* cu_default;    // [2] when cu_seqlens is null
+  int32_t* chunk_seq;     // [Nmax]
+  int32_t* group_seq;     // [Nmax]
+  float* gamma;           // [Nmax, HV, C]
+  float* u;               // [Nmax, HV, C, V]
+  float* w;               // [Nmax, HV, C, K]
+  float* chunk_decay;     // [E] event layout: Γ_c
+  float* statistic;       // [E]
+  float* head_score;      // [E]
+  float* unit_score;      // [E] (units <= HV)
+  uint8_t* unit_mask;     // [E]
+  uint8_t* head_mask;     // [E]
+  int32_t* budget;        // [S, HV]
+  uint64_t* keys_in;      // [E]
+  uint64_t* keys_out;     // [E]
+  int32_t* scratch;       // [E] (random selector's permutation)
+  int32_t* seg_begin;     // [S * HV]
+  int32_t* seg_end;       // [S * HV]
   void* cub_temp;
   size_t cub_temp_bytes;
-  float* snapshots;           // [slots, K, V]
-  int32_t* snapshot_chunk;    // [slots]
-  int32_t* snapshot_count;    // [S, HV]
-  int32_t* group_slot;        // [Nmax, HV]
-  float* group_log_decay;     // [Nmax, HV]
+  float* snapshots;         // [slots, K, V]
+  int32_t* snapshot_chunk;  // [slots]
+  int32_t* snapshot_count;  // [S, HV]
+  int32_t* group_slot;      // [Nmax, HV]
+  float* group_log_decay;   // [Nmax, HV]
   size_t total;
 };
 
-size_t align_up(size_t x) { return (x + 255) & ~size_t(255); }
+size_t align_up(size_t x) {
+  return (x + 255) & ~size_t(255);
+}
 
 size_t cub_sort_bytes(const Problem& p) {
   const int64_t items = p.max_chunks() * p.v_heads;
   const int64_t segments = p.num_seqs * p.v_heads;
   size_t bytes = 0;
-  cub::DeviceSegmentedRadixSort::SortKeysDescending(nullptr, bytes, static_cast<const uint64_t*>(nullptr),
-                                                     static_cast<uint64_t*>(nullptr), items, segments,
-                                                     static_cast<const int32_t*>(nullptr),
-                                                     static_cast<const int32_t*>(nullptr), 0, 64);
+  cub::DeviceSegmentedRadixSort::SortKeysDescending(
+      nullptr, bytes, static_cast<const uint64_t*>(nullptr), static_cast<uint64_t*>(nullptr), items, segments,
+      static_cast<const int32_t*>(nullptr), static_cast<const int32_t*>(nullptr), 0, 64);
   return bytes;
 }
 
@@ -176,11 +183,13 @@ __global__ void sequence_table_kernel(const int32_t* cu_seqlens, int64_t num_seq
   group_offset[num_seqs] = int32_t(groups);
 }
 
-__global__ void chunk_owner_kernel(const int32_t* chunk_offset, const int32_t* group_offset, int32_t* chunk_seq,
-                                   int32_t* group_seq) {
+__global__ void chunk_owner_kernel(const int32_t* chunk_offset, const int32_t* group_offset,
+                                   int32_t* chunk_seq, int32_t* group_seq) {
   const int64_t s = blockIdx.x;
-  for (int32_t c = chunk_offset[s] + threadIdx.x; c < chunk_offset[s + 1]; c += blockDim.x) chunk_seq[c] = int32_t(s);
-  for (int32_t j = group_offset[s] + threadIdx.x; j < group_offset[s + 1]; j += blockDim.x) group_seq[j] = int32_t(s);
+  for (int32_t c = chunk_offset[s] + threadIdx.x; c < chunk_offset[s + 1]; c += blockDim.x)
+    chunk_seq[c] = int32_t(s);
+  for (int32_t j = group_offset[s] + threadIdx.x; j < group_offset[s + 1]; j += blockDim.x)
+    group_seq[j] = int32_t(s);
 }
 
 __global__ void default_cu_seqlens_kernel(int32_t* cu, int64_t total) {
@@ -224,12 +233,12 @@ __global__ void __launch_bounds__(kThreads) prepare_kernel(PrepareArgs a) {
   const int h = hv / (a.HV / a.H);
 
   extern __shared__ float smem[];
-  float* ks = smem;              // [C][K]
-  float* rhs = ks + C * K;       // [C][R]
-  float* lm = rhs + C * R;       // [C][C]
-  float* gam = lm + C * C;       // [C]
-  float* bet = gam + C;          // [C]
-  float* red = bet + C;          // [kThreads / 32]
+  float* ks = smem;         // [C][K]
+  float* rhs = ks + C * K;  // [C][R]
+  float* lm = rhs + C * R;  // [C][C]
+  float* gam = lm + C * C;  // [C]
+  float* bet = gam + C;     // [C]
+  float* red = bet + C;     // [kThreads / 32]
 
   const In* kp = static_cast<const In*>(a.k);
   const In* vp = static_cast<const In*>(a.v);
@@ -314,12 +323,14 @@ __global__ void __launch_bounds__(kThreads) prepare_kernel(PrepareArgs a) {
 
 // ---------------------------------------------------------------------------------------------------------
 // 3. Scores per (sequence, value head), then unit scores. One block per sequence, one thread per head.
-// One warp per value head (block = 1024 threads): `survival`'s backward recurrence p_c = 1 + e^{Γ_{c+1}} p_{c+1}
-// runs as 32 contiguous segments, one per lane: each lane composes its segment's affine map in double, the
-// maps are chained across lanes (31 shuffles), then each lane replays its segment from its true p.
-__global__ void __launch_bounds__(1024) score_kernel(const int32_t* chunk_offset, int HV, int units, int ratio, ScoreKind kind,
-                             bool skip_own_group, int group, const float* statistic, const float* chunk_decay,
-                             float* head_score, float* unit_score) {
+// One warp per value head (block = 1024 threads): `survival`'s backward recurrence p_c = 1 + e^{Γ_{c+1}}
+// p_{c+1} runs as 32 contiguous segments, one per lane: each lane composes its segment's affine map in
+// double, the maps are chained across lanes (31 shuffles), then each lane replays its segment from its true
+// p.
+__global__ void __launch_bounds__(1024)
+    score_kernel(const int32_t* chunk_offset, int HV, int units, int ratio, ScoreKind kind,
+                 bool skip_own_group, int group, const float* statistic, const float* chunk_decay,
+                 float* head_score, float* unit_score) {
   const int64_t s = blockIdx.x;
   const int64_t n = chunk_offset[s + 1] - chunk_offset[s];
   const int64_t base = int64_t(chunk_offset[s]) * HV;
@@ -383,7 +394,9 @@ __global__ void __launch_bounds__(1024) score_kernel(const int32_t* chunk_offset
 
 // ---------------------------------------------------------------------------------------------------------
 // 4. Selection. Unit arrays of sequence s live at base = chunk_offset[s] * HV, laid out [units, N_s].
-__device__ __forceinline__ int64_t budget_of(double rho, int64_t n) { return llround(rho * double(n)); }
+__device__ __forceinline__ int64_t budget_of(double rho, int64_t n) {
+  return llround(rho * double(n));
+}
 
 // Sort key: the score made order-preserving in the upper 32 bits, and in the lower 32 bits the complement
 // of t = c * units + u, so that a descending sort puts equal scores in order of the earlier chunk, then
@@ -471,8 +484,8 @@ __global__ void mark_shared_budget_kernel(const int32_t* chunk_offset, int HV, i
   }
 }
 
-__global__ void mark_dense_stride_kernel(const int32_t* chunk_offset, int HV, int units, bool dense, double rho,
-                                         uint8_t* unit_mask) {
+__global__ void mark_dense_stride_kernel(const int32_t* chunk_offset, int HV, int units, bool dense,
+                                         double rho, uint8_t* unit_mask) {
   const int64_t s = blockIdx.x;
   const int64_t n = chunk_offset[s + 1] - chunk_offset[s];
   const int64_t base = int64_t(chunk_offset[s]) * HV;
@@ -502,8 +515,8 @@ __device__ uint64_t uniform_below(uint64_t& state, uint64_t bound) {
   while (x >= limit);
   return x % bound;
 }
-__global__ void mark_random_kernel(const int32_t* chunk_offset, int64_t num_seqs, int HV, int units, double rho,
-                                   uint64_t seed, int32_t* scratch, uint8_t* unit_mask) {
+__global__ void mark_random_kernel(const int32_t* chunk_offset, int64_t num_seqs, int HV, int units,
+                                   double rho, uint64_t seed, int32_t* scratch, uint8_t* unit_mask) {
   const int64_t task = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
   if (task >= num_seqs * units) return;
   const int64_t s = task / units;
@@ -596,9 +609,9 @@ __global__ void __launch_bounds__(kThreads) recurrence_kernel(RecurrenceArgs a) 
   const int64_t ev_base = int64_t(a.chunk_offset[s]) * a.HV + int64_t(hv) * n;
 
   extern __shared__ float smem[];
-  float* state = smem;             // [K][VT]
-  float* vnew = state + K * VT;    // [C][VT]
-  float* kend = vnew + C * VT;     // [C][K]
+  float* state = smem;           // [K][VT]
+  float* vnew = state + K * VT;  // [C][VT]
+  float* kend = vnew + C * VT;   // [C][K]
 
   for (int e = threadIdx.x; e < K * VT; e += blockDim.x) {
     const int d = e / VT, col = e % VT;
@@ -704,18 +717,19 @@ __global__ void __launch_bounds__(kThreads) output_kernel(OutputArgs a) {
   const int64_t slot_base = (int64_t(a.chunk_offset[s]) + s) * a.HV + int64_t(hv) * (n + 1);
 
   extern __shared__ float smem[];
-  float* state = smem;           // [K][VT]
-  float* qs = state + K * VT;    // [C][K]
-  float* ks = qs + C * K;        // [C][K]
-  float* vs = ks + C * K;        // [C][VT]
-  float* am = vs + C * VT;       // [C][C]
-  float* gam = am + C * C;       // [C]
+  float* state = smem;         // [K][VT]
+  float* qs = state + K * VT;  // [C][K]
+  float* ks = qs + C * K;      // [C][K]
+  float* vs = ks + C * K;      // [C][VT]
+  float* am = vs + C * VT;     // [C][C]
+  float* gam = am + C * C;     // [C]
 
   {
     const int32_t slot = a.group_slot[gid * a.HV + hv];
     const float carried = __expf(a.group_log_decay[gid * a.HV + hv]);
     const float* src = a.snapshots + (slot_base + slot) * K * V;
-    for (int e = threadIdx.x; e < K * VT; e += blockDim.x) state[e] = src[(e / VT) * V + col0 + e % VT] * carried;
+    for (int e = threadIdx.x; e < K * VT; e += blockDim.x)
+      state[e] = src[(e / VT) * V + col0 + e % VT] * carried;
   }
   const In* qp = static_cast<const In*>(a.q);
   const In* kp = static_cast<const In*>(a.k);
@@ -779,12 +793,12 @@ __global__ void __launch_bounds__(kThreads) output_kernel(OutputArgs a) {
 // different banks. U and W are stored in bf16; the carried state stays fp32 in registers (recurrence) and
 // is rounded to bf16 only as an mma operand.
 namespace tc {
-constexpr int kC = 64, kD = 128;       // chunk, head dim (K = V)
-constexpr int kLd = kD + 8;            // row stride of 128-wide bf16 tiles
-constexpr int kLdC = kC + 8;           // row stride of 64-wide bf16 tiles
-constexpr int kVT = 32;                // V columns per recurrence block
+constexpr int kC = 64, kD = 128;  // chunk, head dim (K = V)
+constexpr int kLd = kD + 8;       // row stride of 128-wide bf16 tiles
+constexpr int kLdC = kC + 8;      // row stride of 64-wide bf16 tiles
+constexpr int kVT = 32;           // V columns per recurrence block
 constexpr int kLdT = kVT + 8;
-constexpr int kWindow = 256;           // chunks of mask / decay staged at a time in the recurrence
+constexpr int kWindow = 256;  // chunks of mask / decay staged at a time in the recurrence
 using bf16 = __nv_bfloat16;
 
 __device__ __forceinline__ uint32_t smem_addr(const void* p) {
@@ -840,12 +854,17 @@ __device__ __forceinline__ void cp_async16(void* dst, const void* src, bool vali
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_addr(dst)), "l"(src),
                "r"(valid ? 16 : 0));
 }
-__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
-__device__ __forceinline__ void cp_async_wait_all() { asm volatile("cp.async.wait_all;\n" ::: "memory"); }
+__device__ __forceinline__ void cp_async_commit() {
+  asm volatile("cp.async.commit_group;\n" ::);
+}
+__device__ __forceinline__ void cp_async_wait_all() {
+  asm volatile("cp.async.wait_all;\n" ::: "memory");
+}
 
 // rows x 128 bf16 from global rows (row stride `gstride` elements) into a [rows][kLd] tile; rows >= len
 // become zeros. Every thread of the block takes part.
-__device__ __forceinline__ void copy_rows(bf16* dst, const bf16* src, int64_t gstride, int len, int rows = kC) {
+__device__ __forceinline__ void copy_rows(bf16* dst, const bf16* src, int64_t gstride, int len,
+                                          int rows = kC) {
   for (int e = threadIdx.x; e < rows * (kD / 8); e += blockDim.x) {
     const int i = e >> 4, part = e & 15;
     const bool valid = i < len;
@@ -853,16 +872,16 @@ __device__ __forceinline__ void copy_rows(bf16* dst, const bf16* src, int64_t gs
   }
 }
 
-// ---- prepare: γ, L (band), T = (I + L)^-1 in fp32, U = T diag(β) V, W = T diag(β e^γ) K in bf16, Γ, statistic.
-// 128 threads (4 warps); warp w owns rows 16w..16w+15 of every 64-row product.
-// Shared memory, 54 KB so that 4 blocks share a multiprocessor: L (fp32) and later Au | Aw (bf16) share one
-// region; T (fp32) and later V (bf16, then U for the statistic) share another.
-constexpr int kLdL = kC + 8;  // fp32 row stride of L (= 2 x kLdC bf16: Au and Aw fit in its bytes)
+// ---- prepare: γ, L (band), T = (I + L)^-1 in fp32, U = T diag(β) V, W = T diag(β e^γ) K in bf16, Γ,
+// statistic. 128 threads (4 warps); warp w owns rows 16w..16w+15 of every 64-row product. Shared memory, 54
+// KB so that 4 blocks share a multiprocessor: L (fp32) and later Au | Aw (bf16) share one region; T (fp32)
+// and later V (bf16, then U for the statistic) share another.
+constexpr int kLdL = kC + 8;   // fp32 row stride of L (= 2 x kLdC bf16: Au and Aw fit in its bytes)
 constexpr int kLdTm = kC + 4;  // fp32 row stride of T (= kLd bf16: a 64 x 128 bf16 tile fits in its bytes)
 struct PrepSmem {
   bf16 k[kC * kLd];
-  float lm[kC * kLdL];   // L, then Au = bf16(T diag β) and Aw = bf16(T diag(β e^γ))
-  float tm[kC * kLdTm];  // T, then V (bf16), then U (bf16)
+  float lm[kC * kLdL];    // L, then Au = bf16(T diag β) and Aw = bf16(T diag(β e^γ))
+  float tm[kC * kLdTm];   // T, then V (bf16), then U (bf16)
   float xs[3 * 16 * 17];  // block solve scratch
   float gam[kC];
   float bet[kC];
@@ -906,7 +925,8 @@ __global__ void __launch_bounds__(128) prepare_tc_kernel(PrepareArgs a, bf16* u_
     sm.gam[i0] = before + g0;
     sm.gam[i1] = x;
   } else if (warp == 1) {
-    for (int i = lane; i < kC; i += 32) sm.bet[i] = i < len ? __bfloat162float(bp[(t0 + i) * a.HV + hv]) : 0.f;
+    for (int i = lane; i < kC; i += 32)
+      sm.bet[i] = i < len ? __bfloat162float(bp[(t0 + i) * a.HV + hv]) : 0.f;
   }
   cp_async_wait_all();
   __syncthreads();
@@ -1052,7 +1072,8 @@ __global__ void __launch_bounds__(128) prepare_tc_kernel(PrepareArgs a, bf16* u_
   if (lane == 0) sm.red[warp] = sum_sq;
   __syncthreads();
   if (threadIdx.x == 0)
-    a.statistic[event_index(a.chunk_offset, s, a.HV, hv, c)] = sqrtf(sm.red[0] + sm.red[1] + sm.red[2] + sm.red[3]);
+    a.statistic[event_index(a.chunk_offset, s, a.HV, hv, c)] =
+        sqrtf(sm.red[0] + sm.red[1] + sm.red[2] + sm.red[3]);
 }
 
 // ---- recurrence: per (sequence, value head, 32-column V tile), 128 threads. The state tile (128 x 32 fp32)
@@ -1074,7 +1095,8 @@ struct RecSmem {
   float decay[kWindow];
 };
 
-__global__ void __launch_bounds__(128) recurrence_tc_kernel(RecurrenceArgs a, const bf16* u_all, const bf16* w_all) {
+__global__ void __launch_bounds__(128)
+    recurrence_tc_kernel(RecurrenceArgs a, const bf16* u_all, const bf16* w_all) {
   const int64_t s = blockIdx.x;
   const int hv = blockIdx.y;
   const int col0 = blockIdx.z * kVT;
@@ -1102,7 +1124,8 @@ __global__ void __launch_bounds__(128) recurrence_tc_kernel(RecurrenceArgs a, co
       for (int nt = 0; nt < 4; ++nt)
         for (int half = 0; half < 2; ++half) {
           const int d = warp * 32 + mt * 16 + gq + half * 8, col = col0 + nt * 8 + tq * 2;
-          *reinterpret_cast<uint32_t*>(dst + d * V + col) = pack_bf16(st[mt][nt][2 * half], st[mt][nt][2 * half + 1]);
+          *reinterpret_cast<uint32_t*>(dst + d * V + col) =
+              pack_bf16(st[mt][nt][2 * half], st[mt][nt][2 * half + 1]);
         }
     if (blockIdx.z == 0 && threadIdx.x == 0) a.snapshot_chunk[slot_base + slot] = chunk;
   };
@@ -1122,7 +1145,8 @@ __global__ void __launch_bounds__(128) recurrence_tc_kernel(RecurrenceArgs a, co
       const int i = e >> 2, part = e & 3;
       cp_async16(st_.u + i * kLdT + part * 8, u_all + (cslot * kC + i) * kD + col0 + part * 8, true);
     }
-    if (threadIdx.x < kC / 4) cp_async16(st_.gam + threadIdx.x * 4, a.gamma + cslot * kC + threadIdx.x * 4, true);
+    if (threadIdx.x < kC / 4)
+      cp_async16(st_.gam + threadIdx.x * 4, a.gamma + cslot * kC + threadIdx.x * 4, true);
     cp_async_commit();
   };
 
@@ -1173,13 +1197,14 @@ __global__ void __launch_bounds__(128) recurrence_tc_kernel(RecurrenceArgs a, co
           for (int r = 0; r < 4; ++r) st[mt][nt][r] *= carried;
           const int d = warp * 32 + mt * 16 + gq, col = nt * 8 + tq * 2;
           *reinterpret_cast<uint32_t*>(sm.sb + d * kLdT + col) = pack_bf16(st[mt][nt][0], st[mt][nt][1]);
-          *reinterpret_cast<uint32_t*>(sm.sb + (d + 8) * kLdT + col) = pack_bf16(st[mt][nt][2], st[mt][nt][3]);
+          *reinterpret_cast<uint32_t*>(sm.sb + (d + 8) * kLdT + col) =
+              pack_bf16(st[mt][nt][2], st[mt][nt][3]);
         }
       __syncthreads();
       const int nxt2 = nxt1 < wn ? next_selected(nxt1 + 1) : wn;
       if (nxt2 < wn) fetch((buf + 2) % 3, w0 + nxt2);
       const RecStage& cs = sm.stage[buf];
-      {  // v̂ = U − W Sb, rows 16w.., 32 columns
+      {                                         // v̂ = U − W Sb, rows 16w.., 32 columns
         float acc[4][4] = {}, acc2[4][4] = {};  // two accumulator sets: half the dependent mma chain
 #pragma unroll
         for (int k0 = 0; k0 < kD; k0 += 32) {
@@ -1257,7 +1282,7 @@ struct OutSmem {
   bf16 sb[kD * kLd];
   bf16 q[kC * kLd];
   bf16 k[kC * kLd];
-  bf16 w[kC * kLd];   // W, then v (bf16) once W Sb is done
+  bf16 w[kC * kLd];  // W, then v (bf16) once W Sb is done
   bf16 am[kC * kLdC];
   float gam[kC];
 };
@@ -1288,7 +1313,8 @@ __global__ void __launch_bounds__(256) output_tc_kernel(OutputArgs a, const bf16
   // chunk applies to W Sb and Q Sb (and that S_loc takes in fp32 when G > 1).
   const int32_t start_slot = a.group_slot[gid * a.HV + hv];
   float carried = __expf(a.group_log_decay[gid * a.HV + hv]);
-  copy_rows(sm.sb, reinterpret_cast<const bf16*>(a.snapshots) + (slot_base + start_slot) * kD * V, kD, kD, kD);
+  copy_rows(sm.sb, reinterpret_cast<const bf16*>(a.snapshots) + (slot_base + start_slot) * kD * V, kD, kD,
+            kD);
   cp_async_commit();
   if (multi) {
     cp_async_wait_all();
@@ -1308,7 +1334,8 @@ __global__ void __launch_bounds__(256) output_tc_kernel(OutputArgs a, const bf16
     copy_rows(sm.q, qp + (t0 * a.H + h) * kD, int64_t(a.H) * kD, len);
     copy_rows(sm.k, kp + (t0 * a.H + h) * kD, int64_t(a.H) * kD, len);
     copy_rows(sm.w, w_all + cslot * kC * kD, kD, kC);
-    if (threadIdx.x < kC / 4) cp_async16(sm.gam + threadIdx.x * 4, a.gamma + cslot * kC + threadIdx.x * 4, true);
+    if (threadIdx.x < kC / 4)
+      cp_async16(sm.gam + threadIdx.x * 4, a.gamma + cslot * kC + threadIdx.x * 4, true);
     cp_async_commit();
     cp_async_wait_all();
     __syncthreads();
@@ -1437,7 +1464,8 @@ __global__ void __launch_bounds__(256) output_tc_kernel(OutputArgs a, const bf16
             const int d = warp * 16 + gq + half * 8, col = nh * 64 + nt * 8 + tq * 2;
             sf[d * kD + col] = acc[nt][2 * half];
             sf[d * kD + col + 1] = acc[nt][2 * half + 1];
-            *reinterpret_cast<uint32_t*>(sm.sb + d * kLd + col) = pack_bf16(acc[nt][2 * half], acc[nt][2 * half + 1]);
+            *reinterpret_cast<uint32_t*>(sm.sb + d * kLd + col) =
+                pack_bf16(acc[nt][2 * half], acc[nt][2 * half + 1]);
           }
       }
     }
@@ -1445,22 +1473,29 @@ __global__ void __launch_bounds__(256) output_tc_kernel(OutputArgs a, const bf16
   }
 }
 
-size_t prepare_tc_smem() { return sizeof(PrepSmem); }
-size_t recurrence_tc_smem() { return sizeof(RecSmem); }
-size_t output_tc_smem(bool multi) { return sizeof(OutSmem) + (multi ? size_t(kD) * kD * 4 : 0); }
+size_t prepare_tc_smem() {
+  return sizeof(PrepSmem);
+}
+size_t recurrence_tc_smem() {
+  return sizeof(RecSmem);
+}
+size_t output_tc_smem(bool multi) {
+  return sizeof(OutSmem) + (multi ? size_t(kD) * kD * 4 : 0);
+}
 }  // namespace tc
 
 // ---------------------------------------------------------------------------------------------------------
-#define SGDN_TRY_CUDA(call)                                                                           \
-  do {                                                                                                \
-    cudaError_t status_ = (call);                                                                     \
-    if (status_ != cudaSuccess)                                                                       \
-      return std::string("CUDA error in ") + #call + ": " + cudaGetErrorString(status_);              \
+#define SGDN_TRY_CUDA(call)                                                              \
+  do {                                                                                   \
+    cudaError_t status_ = (call);                                                        \
+    if (status_ != cudaSuccess)                                                          \
+      return std::string("CUDA error in ") + #call + ": " + cudaGetErrorString(status_); \
   } while (0)
-#define SGDN_TRY_LAUNCH(what)                                                                         \
-  do {                                                                                                \
-    cudaError_t status_ = cudaGetLastError();                                                         \
-    if (status_ != cudaSuccess) return std::string("CUDA error after ") + what + ": " + cudaGetErrorString(status_); \
+#define SGDN_TRY_LAUNCH(what)                                                              \
+  do {                                                                                     \
+    cudaError_t status_ = cudaGetLastError();                                              \
+    if (status_ != cudaSuccess)                                                            \
+      return std::string("CUDA error after ") + what + ": " + cudaGetErrorString(status_); \
   } while (0)
 
 size_t prepare_smem(const Problem& p) {
@@ -1485,7 +1520,8 @@ size_t output_smem(const Problem& p) {
 template <class In>
 std::string launch_prepare(const Problem& p, const PrepareArgs& args, dim3 grid, cudaStream_t stream) {
   const size_t smem = prepare_smem(p);
-  SGDN_TRY_CUDA(cudaFuncSetAttribute(prepare_kernel<In>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
+  SGDN_TRY_CUDA(
+      cudaFuncSetAttribute(prepare_kernel<In>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
   prepare_kernel<In><<<grid, kThreads, smem, stream>>>(args);
   SGDN_TRY_LAUNCH("prepare_kernel");
   return {};
@@ -1493,7 +1529,8 @@ std::string launch_prepare(const Problem& p, const PrepareArgs& args, dim3 grid,
 template <class In>
 std::string launch_recurrence(const Problem& p, const RecurrenceArgs& args, dim3 grid, cudaStream_t stream) {
   const size_t smem = recurrence_smem(p);
-  SGDN_TRY_CUDA(cudaFuncSetAttribute(recurrence_kernel<In>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
+  SGDN_TRY_CUDA(
+      cudaFuncSetAttribute(recurrence_kernel<In>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
   recurrence_kernel<In><<<grid, kThreads, smem, stream>>>(args);
   SGDN_TRY_LAUNCH("recurrence_kernel");
   return {};
@@ -1501,7 +1538,8 @@ std::string launch_recurrence(const Problem& p, const RecurrenceArgs& args, dim3
 template <class In, class Out>
 std::string launch_output(const Problem& p, const OutputArgs& args, dim3 grid, cudaStream_t stream) {
   const size_t smem = output_smem(p);
-  SGDN_TRY_CUDA(cudaFuncSetAttribute(output_kernel<In, Out>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
+  SGDN_TRY_CUDA(
+      cudaFuncSetAttribute(output_kernel<In, Out>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
   output_kernel<In, Out><<<grid, kThreads, smem, stream>>>(args);
   SGDN_TRY_LAUNCH("output_kernel");
   return {};
@@ -1549,12 +1587,18 @@ class StageTimer {
 
 const char* selector_name(SelectorKind s) {
   switch (s) {
-    case SelectorKind::dense: return "dense";
-    case SelectorKind::random: return "random";
-    case SelectorKind::stride: return "stride";
-    case SelectorKind::topk: return "topk";
-    case SelectorKind::head_budget: return "head_budget";
-    case SelectorKind::threshold: return "threshold";
+    case SelectorKind::dense:
+      return "dense";
+    case SelectorKind::random:
+      return "random";
+    case SelectorKind::stride:
+      return "stride";
+    case SelectorKind::topk:
+      return "topk";
+    case SelectorKind::head_budget:
+      return "head_budget";
+    case SelectorKind::threshold:
+      return "threshold";
   }
   return "?";
 }
@@ -1570,16 +1614,19 @@ std::string check_problem(const Problem& p) {
   if (p.total_tokens >= (int64_t(1) << 31)) return "total_tokens must be < 2^31";
   if (p.qk_heads < 1 || p.v_heads < 1) return "qk_heads and v_heads must be >= 1";
   if (p.v_heads % p.qk_heads != 0)
-    return msg("v_heads = ", std::to_string(p.v_heads), " is not a multiple of qk_heads = ", std::to_string(p.qk_heads));
+    return msg("v_heads = ", std::to_string(p.v_heads),
+               " is not a multiple of qk_heads = ", std::to_string(p.qk_heads));
   if (p.v_heads > kMaxValueHeads) return msg("v_heads = ", std::to_string(p.v_heads), " exceeds 1024");
   for (auto [name, dim] : {std::pair<const char*, int>{"key_dim", p.key_dim}, {"value_dim", p.value_dim}})
     if (dim < 16 || dim > kMaxHeadDim || dim % 16 != 0)
-      return msg(name, " = ", std::to_string(dim), " is not supported by the CUDA backend; allowed: 16, 32, ..., 128");
+      return msg(name, " = ", std::to_string(dim),
+                 " is not supported by the CUDA backend; allowed: 16, 32, ..., 128");
   if (p.chunk < 1 || p.chunk > kMaxChunk)
     return msg("chunk = ", std::to_string(p.chunk), " is not supported by the CUDA backend; allowed: 1..64");
   if (p.group < 1) return msg("group = ", std::to_string(p.group), " must be >= 1");
   if (p.solver_block < 1 || p.chunk % p.solver_block != 0)
-    return msg("solver block = ", std::to_string(p.solver_block), " does not divide chunk = ", std::to_string(p.chunk));
+    return msg("solver block = ", std::to_string(p.solver_block),
+               " does not divide chunk = ", std::to_string(p.chunk));
   if (!(p.rho > 0 && p.rho <= 1)) return msg("selector rho = ", std::to_string(p.rho), " is outside (0, 1]");
   if (!(p.tau >= 0)) return "selector tau must be >= 0";
   if (p.min_per_head < 0) return "selector min_per_head must be >= 0";
@@ -1589,7 +1636,8 @@ std::string check_problem(const Problem& p) {
     return msg("selector '", selector_name(p.selector), "' needs a score (update_norm or survival)");
   if (int(p.input_dtype) < 0 || int(p.input_dtype) > 1 || int(p.output_dtype) < 0 || int(p.output_dtype) > 1)
     return "dtype must be float32 or bfloat16";
-  if (int64_t(p.max_chunks()) * p.v_heads >= (int64_t(1) << 31)) return "too many chunks x heads for 32-bit indices";
+  if (int64_t(p.max_chunks()) * p.v_heads >= (int64_t(1) << 31))
+    return "too many chunks x heads for 32-bit indices";
   return {};
 }
 
@@ -1636,19 +1684,38 @@ std::string forward(const Problem& p, const DeviceTensors& t, void* workspace, s
     SGDN_TRY_LAUNCH("default_cu_seqlens_kernel");
     cu = ws.cu_default;
   }
-  sequence_table_kernel<<<1, 1, 0, stream>>>(cu, S, p.total_tokens, p.chunk, p.group, ws.seq_start, ws.seq_len,
-                                             ws.chunk_offset, ws.group_offset);
+  sequence_table_kernel<<<1, 1, 0, stream>>>(cu, S, p.total_tokens, p.chunk, p.group, ws.seq_start,
+                                             ws.seq_len, ws.chunk_offset, ws.group_offset);
   SGDN_TRY_LAUNCH("sequence_table_kernel");
-  chunk_owner_kernel<<<unsigned(S), kThreads, 0, stream>>>(ws.chunk_offset, ws.group_offset, ws.chunk_seq, ws.group_seq);
+  chunk_owner_kernel<<<unsigned(S), kThreads, 0, stream>>>(ws.chunk_offset, ws.group_offset, ws.chunk_seq,
+                                                           ws.group_seq);
   SGDN_TRY_LAUNCH("chunk_owner_kernel");
   SGDN_TRY_CUDA(cudaMemsetAsync(ws.unit_mask, 0, size_t(nmax) * HV, stream));
 
   timer.mark("table");
   // 2. pre-pass
-  PrepareArgs prep{t.k, t.v, t.g, t.beta, ws.seq_start, ws.seq_len, ws.chunk_offset, ws.chunk_seq, S,
-                   p.qk_heads, HV, p.key_dim, p.value_dim, p.chunk, p.solver_block,
-                   p.solver_band >= p.chunk / p.solver_block ? -1 : p.solver_band, p.score != ScoreKind::none,
-                   ws.gamma, ws.u, ws.w, ws.chunk_decay, ws.statistic};
+  PrepareArgs prep{t.k,
+                   t.v,
+                   t.g,
+                   t.beta,
+                   ws.seq_start,
+                   ws.seq_len,
+                   ws.chunk_offset,
+                   ws.chunk_seq,
+                   S,
+                   p.qk_heads,
+                   HV,
+                   p.key_dim,
+                   p.value_dim,
+                   p.chunk,
+                   p.solver_block,
+                   p.solver_band >= p.chunk / p.solver_block ? -1 : p.solver_band,
+                   p.score != ScoreKind::none,
+                   ws.gamma,
+                   ws.u,
+                   ws.w,
+                   ws.chunk_decay,
+                   ws.statistic};
   const dim3 chunk_grid{unsigned(nmax), unsigned(HV), 1u};
   const bool use_tc = p.uses_tensor_cores();
   auto* u_tc = reinterpret_cast<__nv_bfloat16*>(ws.u);
@@ -1656,7 +1723,8 @@ std::string forward(const Problem& p, const DeviceTensors& t, void* workspace, s
   std::string err;
   if (use_tc) {
     const size_t smem = tc::prepare_tc_smem();
-    SGDN_TRY_CUDA(cudaFuncSetAttribute(tc::prepare_tc_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
+    SGDN_TRY_CUDA(
+        cudaFuncSetAttribute(tc::prepare_tc_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
     tc::prepare_tc_kernel<<<chunk_grid, 128, smem, stream>>>(prep, u_tc, w_tc);
     SGDN_TRY_LAUNCH("prepare_tc_kernel");
   } else {
@@ -1668,34 +1736,33 @@ std::string forward(const Problem& p, const DeviceTensors& t, void* workspace, s
   timer.mark("prepare");
   // 3. scores
   score_kernel<<<unsigned(S), 1024, 0, stream>>>(ws.chunk_offset, HV, units, p.ratio(), p.score,
-                                                         p.survival_skip_own_group, p.group, ws.statistic,
-                                                         ws.chunk_decay, head_score, ws.unit_score);
+                                                 p.survival_skip_own_group, p.group, ws.statistic,
+                                                 ws.chunk_decay, head_score, ws.unit_score);
   SGDN_TRY_LAUNCH("score_kernel");
 
   timer.mark("scores");
   // 4. selection
   auto sort_keys = [&](bool per_unit) -> std::string {
-    build_keys_kernel<<<unsigned(S), kThreads, 0, stream>>>(ws.chunk_offset, HV, units, ws.unit_score, per_unit,
-                                                             ws.keys_in, ws.seg_begin, ws.seg_end);
+    build_keys_kernel<<<unsigned(S), kThreads, 0, stream>>>(ws.chunk_offset, HV, units, ws.unit_score,
+                                                            per_unit, ws.keys_in, ws.seg_begin, ws.seg_end);
     SGDN_TRY_LAUNCH("build_keys_kernel");
     size_t temp = ws.cub_temp_bytes;
     SGDN_TRY_CUDA(cub::DeviceSegmentedRadixSort::SortKeysDescending(
-        ws.cub_temp, temp, ws.keys_in, ws.keys_out, nmax * HV, per_unit ? S * units : S, ws.seg_begin, ws.seg_end,
-        0, 64, stream));
+        ws.cub_temp, temp, ws.keys_in, ws.keys_out, nmax * HV, per_unit ? S * units : S, ws.seg_begin,
+        ws.seg_end, 0, 64, stream));
     return {};
   };
   switch (p.selector) {
     case SelectorKind::dense:
     case SelectorKind::stride:
-      mark_dense_stride_kernel<<<unsigned(S), kThreads, 0, stream>>>(ws.chunk_offset, HV, units,
-                                                                      p.selector == SelectorKind::dense, p.rho,
-                                                                      ws.unit_mask);
+      mark_dense_stride_kernel<<<unsigned(S), kThreads, 0, stream>>>(
+          ws.chunk_offset, HV, units, p.selector == SelectorKind::dense, p.rho, ws.unit_mask);
       SGDN_TRY_LAUNCH("mark_dense_stride_kernel");
       break;
     case SelectorKind::random: {
       const int64_t tasks = S * units;
-      mark_random_kernel<<<unsigned((tasks + 127) / 128), 128, 0, stream>>>(ws.chunk_offset, S, HV, units, p.rho,
-                                                                              p.seed, ws.scratch, ws.unit_mask);
+      mark_random_kernel<<<unsigned((tasks + 127) / 128), 128, 0, stream>>>(
+          ws.chunk_offset, S, HV, units, p.rho, p.seed, ws.scratch, ws.unit_mask);
       SGDN_TRY_LAUNCH("mark_random_kernel");
       break;
     }
@@ -1713,29 +1780,51 @@ std::string forward(const Problem& p, const DeviceTensors& t, void* workspace, s
         SGDN_TRY_LAUNCH("mark_top_per_unit_kernel");
       }
       if (std::string e = sort_keys(false); !e.empty()) return e;
-      mark_shared_budget_kernel<<<unsigned(S), 1024, 0, stream>>>(ws.chunk_offset, HV, units, p.rho, p.min_per_head,
-                                                                  ws.keys_out, ws.unit_mask);
+      mark_shared_budget_kernel<<<unsigned(S), 1024, 0, stream>>>(ws.chunk_offset, HV, units, p.rho,
+                                                                  p.min_per_head, ws.keys_out, ws.unit_mask);
       SGDN_TRY_LAUNCH("mark_shared_budget_kernel");
       break;
     case SelectorKind::threshold:
-      mark_threshold_kernel<<<unsigned(S), 1024, 0, stream>>>(ws.chunk_offset, HV, units, p.tau, ws.unit_score,
-                                                              ws.unit_mask);
+      mark_threshold_kernel<<<unsigned(S), 1024, 0, stream>>>(ws.chunk_offset, HV, units, p.tau,
+                                                              ws.unit_score, ws.unit_mask);
       SGDN_TRY_LAUNCH("mark_threshold_kernel");
       break;
   }
-  expand_mask_kernel<<<unsigned(S), kThreads, 0, stream>>>(ws.chunk_offset, HV, units, ws.unit_mask, head_mask, budget);
+  expand_mask_kernel<<<unsigned(S), kThreads, 0, stream>>>(ws.chunk_offset, HV, units, ws.unit_mask,
+                                                           head_mask, budget);
   SGDN_TRY_LAUNCH("expand_mask_kernel");
 
   timer.mark("selection");
   // 5. sparse recurrence
-  RecurrenceArgs rec{t.k, t.initial_state, ws.seq_start, ws.seq_len, ws.chunk_offset, ws.group_offset, head_mask,
-                     ws.chunk_decay, ws.gamma, ws.u, ws.w, p.qk_heads, HV, p.key_dim, p.value_dim, p.chunk,
-                     p.group, VT, ws.snapshots, ws.snapshot_chunk, ws.snapshot_count, ws.group_slot,
-                     ws.group_log_decay, t.final_state};
+  RecurrenceArgs rec{t.k,
+                     t.initial_state,
+                     ws.seq_start,
+                     ws.seq_len,
+                     ws.chunk_offset,
+                     ws.group_offset,
+                     head_mask,
+                     ws.chunk_decay,
+                     ws.gamma,
+                     ws.u,
+                     ws.w,
+                     p.qk_heads,
+                     HV,
+                     p.key_dim,
+                     p.value_dim,
+                     p.chunk,
+                     p.group,
+                     VT,
+                     ws.snapshots,
+                     ws.snapshot_chunk,
+                     ws.snapshot_count,
+                     ws.group_slot,
+                     ws.group_log_decay,
+                     t.final_state};
   if (use_tc) {
     const dim3 grid{unsigned(S), unsigned(HV), unsigned(tc::kD / tc::kVT)};
     const size_t smem = tc::recurrence_tc_smem();
-    SGDN_TRY_CUDA(cudaFuncSetAttribute(tc::recurrence_tc_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
+    SGDN_TRY_CUDA(cudaFuncSetAttribute(tc::recurrence_tc_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                       int(smem)));
     tc::recurrence_tc_kernel<<<grid, 128, smem, stream>>>(rec, u_tc, w_tc);
     SGDN_TRY_LAUNCH("recurrence_tc_kernel");
   } else {
@@ -1747,9 +1836,29 @@ std::string forward(const Problem& p, const DeviceTensors& t, void* workspace, s
 
   timer.mark("recurrence");
   // 6. outputs
-  OutputArgs out{t.q, t.k, ws.seq_start, ws.seq_len, ws.chunk_offset, ws.group_offset, ws.group_seq, ws.gamma,
-                 ws.u, ws.w, ws.snapshots, ws.group_slot, ws.group_log_decay, S, p.qk_heads, HV, p.key_dim,
-                 p.value_dim, p.chunk, p.group, VT, scale, t.o};
+  OutputArgs out{t.q,
+                 t.k,
+                 ws.seq_start,
+                 ws.seq_len,
+                 ws.chunk_offset,
+                 ws.group_offset,
+                 ws.group_seq,
+                 ws.gamma,
+                 ws.u,
+                 ws.w,
+                 ws.snapshots,
+                 ws.group_slot,
+                 ws.group_log_decay,
+                 S,
+                 p.qk_heads,
+                 HV,
+                 p.key_dim,
+                 p.value_dim,
+                 p.chunk,
+                 p.group,
+                 VT,
+                 scale,
+                 t.o};
   const dim3 out_grid{unsigned(nmax), unsigned(HV), unsigned(vtiles)};
   const bool out_bf16 = p.output_dtype == DType::bfloat16;
   if (use_tc) {
@@ -1760,8 +1869,8 @@ std::string forward(const Problem& p, const DeviceTensors& t, void* workspace, s
                                          cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
       tc::output_tc_kernel<__nv_bfloat16><<<grid, 256, smem, stream>>>(out, u_tc, w_tc);
     } else {
-      SGDN_TRY_CUDA(cudaFuncSetAttribute(tc::output_tc_kernel<float>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                         int(smem)));
+      SGDN_TRY_CUDA(cudaFuncSetAttribute(tc::output_tc_kernel<float>,
+                                         cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
       tc::output_tc_kernel<float><<<grid, 256, smem, stream>>>(out, u_tc, w_tc);
     }
     SGDN_TRY_LAUNCH("output_tc_kernel");

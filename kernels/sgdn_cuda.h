@@ -11,11 +11,11 @@
  *   o             [total_tokens, HV, V]   output dtype
  *   final_state   [num_seqs, HV, K, V]    float32 or NULL
  *   event_mask    uint8, event_score float32: [N_total * HV] or NULL, where sequence s owns the block
- *                 [off_s * HV, off_{s+1} * HV) laid out [HV, N_s], N_s = ceil(len_s / chunk), off = running sum
- *   budget        [num_seqs, units] int32 or NULL; units = H (pair granularity) or HV (head)
- * Every call is asynchronous on `stream`; nothing synchronises. The workspace is caller-owned device memory
- * of at least sgdn_cuda_workspace_size() bytes. Errors return a status; sgdn_cuda_last_error() gives the
- * message (per thread).
+ *                 [off_s * HV, off_{s+1} * HV) laid out [HV, N_s], N_s = ceil(len_s / chunk), off = running
+ * sum budget        [num_seqs, units] int32 or NULL; units = H (pair granularity) or HV (head) Every call is
+ * asynchronous on `stream`; nothing synchronises. The workspace is caller-owned device memory of at least
+ * sgdn_cuda_workspace_size() bytes. Errors return a status; sgdn_cuda_last_error() gives the message (per
+ * thread).
  */
 #ifndef SGDN_CUDA_H
 #define SGDN_CUDA_H
@@ -36,11 +36,15 @@ typedef enum {
   SGDN_CUDA_INVALID_ARGUMENT = 1, /* a null, misaligned or host pointer, or inconsistent sizes */
   SGDN_CUDA_UNSUPPORTED = 2,      /* valid but not implemented on the GPU (head dim, chunk size, ...) */
   SGDN_CUDA_WORKSPACE_TOO_SMALL = 3,
-  SGDN_CUDA_CUDA_ERROR = 4        /* a CUDA call failed */
+  SGDN_CUDA_CUDA_ERROR = 4 /* a CUDA call failed */
 } sgdn_cuda_status;
 
 typedef enum { SGDN_CUDA_FLOAT32 = 0, SGDN_CUDA_BFLOAT16 = 1 } sgdn_cuda_dtype;
-typedef enum { SGDN_CUDA_SCORE_NONE = 0, SGDN_CUDA_SCORE_UPDATE_NORM = 1, SGDN_CUDA_SCORE_SURVIVAL = 2 } sgdn_cuda_score;
+typedef enum {
+  SGDN_CUDA_SCORE_NONE = 0,
+  SGDN_CUDA_SCORE_UPDATE_NORM = 1,
+  SGDN_CUDA_SCORE_SURVIVAL = 2
+} sgdn_cuda_score;
 typedef enum {
   SGDN_CUDA_SELECT_DENSE = 0,
   SGDN_CUDA_SELECT_RANDOM = 1,
@@ -51,26 +55,26 @@ typedef enum {
 } sgdn_cuda_selector;
 
 typedef struct {
-  int64_t num_seqs;     /* sequences packed in the batch (>= 1) */
-  int64_t total_tokens; /* tokens of all sequences together */
+  int64_t num_seqs;                              /* sequences packed in the batch (>= 1) */
+  int64_t total_tokens;                          /* tokens of all sequences together */
   int32_t qk_heads, v_heads, key_dim, value_dim; /* H, HV (multiple of H), K, V (16..128, multiples of 16) */
-  int32_t chunk;         /* C, 1..64 (default 64) */
-  int32_t group;         /* G, output window in chunks (default 1) */
-  int32_t solver_block;  /* b, divides C (default 16) */
-  int32_t solver_band;   /* kept sub-diagonal blocks; < 0 means the exact solver */
-  int32_t score;         /* sgdn_cuda_score */
-  int32_t survival_skip_own_group; /* 0 or 1 */
-  int32_t selector;      /* sgdn_cuda_selector */
-  int32_t head_granularity; /* 0: pair (one decision per head group), 1: head */
-  double rho;            /* (0, 1] */
-  double tau;            /* threshold selector, >= 0 */
-  uint64_t seed;         /* random selector */
-  int64_t min_per_head;  /* head_budget selector, >= 0 */
-  float scale;           /* <= 0: 1 / sqrt(K) */
-  int32_t input_dtype;   /* sgdn_cuda_dtype of q, k, v, beta */
-  int32_t output_dtype;  /* sgdn_cuda_dtype of o */
-  int32_t tensor_cores;  /* 1 (default): bf16 tensor-core kernels where they apply (bf16 inputs, K = V = 128,
-                            C = 64; error vs float64 ~3e-3); 0: fp32 arithmetic everywhere (ABI version 2) */
+  int32_t chunk;                                 /* C, 1..64 (default 64) */
+  int32_t group;                                 /* G, output window in chunks (default 1) */
+  int32_t solver_block;                          /* b, divides C (default 16) */
+  int32_t solver_band;                           /* kept sub-diagonal blocks; < 0 means the exact solver */
+  int32_t score;                                 /* sgdn_cuda_score */
+  int32_t survival_skip_own_group;               /* 0 or 1 */
+  int32_t selector;                              /* sgdn_cuda_selector */
+  int32_t head_granularity;                      /* 0: pair (one decision per head group), 1: head */
+  double rho;                                    /* (0, 1] */
+  double tau;                                    /* threshold selector, >= 0 */
+  uint64_t seed;                                 /* random selector */
+  int64_t min_per_head;                          /* head_budget selector, >= 0 */
+  float scale;                                   /* <= 0: 1 / sqrt(K) */
+  int32_t input_dtype;                           /* sgdn_cuda_dtype of q, k, v, beta */
+  int32_t output_dtype;                          /* sgdn_cuda_dtype of o */
+  int32_t tensor_cores; /* 1 (default): bf16 tensor-core kernels where they apply (bf16 inputs, K = V = 128,
+                           C = 64; error vs float64 ~3e-3); 0: fp32 arithmetic everywhere (ABI version 2) */
 } sgdn_cuda_config;
 
 typedef struct {

@@ -27,13 +27,17 @@ struct Failure {
 sgdn::cuda::Problem to_problem(const sgdn_cuda_config& c) {
   using namespace sgdn::cuda;
   if (c.score < 0 || c.score > 2)
-    throw Failure{SGDN_CUDA_INVALID_ARGUMENT, "score = " + std::to_string(c.score) + " is not one of 0 (none), 1 (update_norm), 2 (survival)"};
+    throw Failure{SGDN_CUDA_INVALID_ARGUMENT, "score = " + std::to_string(c.score) +
+                                                  " is not one of 0 (none), 1 (update_norm), 2 (survival)"};
   if (c.selector < 0 || c.selector > 5)
-    throw Failure{SGDN_CUDA_INVALID_ARGUMENT, "selector = " + std::to_string(c.selector) +
-                                                  " is not one of 0 dense, 1 random, 2 stride, 3 topk, 4 head_budget, 5 threshold"};
-  for (auto [name, dtype] : {std::pair<const char*, int32_t>{"input_dtype", c.input_dtype}, {"output_dtype", c.output_dtype}})
+    throw Failure{SGDN_CUDA_INVALID_ARGUMENT,
+                  "selector = " + std::to_string(c.selector) +
+                      " is not one of 0 dense, 1 random, 2 stride, 3 topk, 4 head_budget, 5 threshold"};
+  for (auto [name, dtype] :
+       {std::pair<const char*, int32_t>{"input_dtype", c.input_dtype}, {"output_dtype", c.output_dtype}})
     if (dtype != SGDN_CUDA_FLOAT32 && dtype != SGDN_CUDA_BFLOAT16)
-      throw Failure{SGDN_CUDA_INVALID_ARGUMENT, std::string(name) + " = " + std::to_string(dtype) + " is not 0 (float32) or 1 (bfloat16)"};
+      throw Failure{SGDN_CUDA_INVALID_ARGUMENT, std::string(name) + " = " + std::to_string(dtype) +
+                                                    " is not 0 (float32) or 1 (bfloat16)"};
   Problem p;
   p.num_seqs = c.num_seqs;
   p.total_tokens = c.total_tokens;
@@ -58,8 +62,9 @@ sgdn::cuda::Problem to_problem(const sgdn_cuda_config& c) {
   p.output_dtype = DType(c.output_dtype);
   p.tensor_cores = c.tensor_cores != 0;
   if (p.qk_heads >= 1 && p.v_heads >= 1 && p.v_heads % p.qk_heads != 0)
-    throw Failure{SGDN_CUDA_INVALID_ARGUMENT, "v_heads = " + std::to_string(p.v_heads) + " is not a multiple of qk_heads = " +
-                                                  std::to_string(p.qk_heads)};
+    throw Failure{SGDN_CUDA_INVALID_ARGUMENT,
+                  "v_heads = " + std::to_string(p.v_heads) +
+                      " is not a multiple of qk_heads = " + std::to_string(p.qk_heads)};
   if (std::string problem = check_problem(p); !problem.empty()) {
     const bool unsupported = problem.find("not supported") != std::string::npos;
     throw Failure{unsupported ? SGDN_CUDA_UNSUPPORTED : SGDN_CUDA_INVALID_ARGUMENT, problem};
@@ -79,7 +84,8 @@ void check_pointer(const void* ptr, const char* name, bool optional) {
   const cudaError_t status = cudaPointerGetAttributes(&attributes, ptr);
   if (status != cudaSuccess) {
     cudaGetLastError();
-    throw Failure{SGDN_CUDA_INVALID_ARGUMENT, std::string(name) + ": cannot query the pointer (" + cudaGetErrorString(status) + ")"};
+    throw Failure{SGDN_CUDA_INVALID_ARGUMENT,
+                  std::string(name) + ": cannot query the pointer (" + cudaGetErrorString(status) + ")"};
   }
   if (attributes.type != cudaMemoryTypeDevice && attributes.type != cudaMemoryTypeManaged)
     throw Failure{SGDN_CUDA_INVALID_ARGUMENT, std::string(name) + " is not device memory"};
@@ -122,7 +128,8 @@ sgdn_cuda_status sgdn_cuda_workspace_size(const sgdn_cuda_config* config, size_t
 sgdn_cuda_status sgdn_cuda_forward(const sgdn_cuda_config* config, const sgdn_cuda_tensors* tensors,
                                    void* workspace, size_t workspace_bytes, sgdn_cuda_stream stream) {
   try {
-    if (!config || !tensors) return set_error(SGDN_CUDA_INVALID_ARGUMENT, "config and tensors must not be null");
+    if (!config || !tensors)
+      return set_error(SGDN_CUDA_INVALID_ARGUMENT, "config and tensors must not be null");
     const sgdn::cuda::Problem p = to_problem(*config);
     const sgdn_cuda_tensors& t = *tensors;
     check_pointer(t.q, "q", false);
@@ -141,7 +148,8 @@ sgdn_cuda_status sgdn_cuda_forward(const sgdn_cuda_config* config, const sgdn_cu
     const size_t needed = sgdn::cuda::workspace_bytes(p);
     if (workspace_bytes < needed)
       return set_error(SGDN_CUDA_WORKSPACE_TOO_SMALL, "workspace of " + std::to_string(workspace_bytes) +
-                                                          " bytes is smaller than the " + std::to_string(needed) + " needed");
+                                                          " bytes is smaller than the " +
+                                                          std::to_string(needed) + " needed");
     sgdn::cuda::DeviceTensors d;
     d.q = t.q;
     d.k = t.k;
@@ -155,9 +163,11 @@ sgdn_cuda_status sgdn_cuda_forward(const sgdn_cuda_config* config, const sgdn_cu
     d.event_mask = t.event_mask;
     d.event_score = t.event_score;
     d.budget = t.budget;
-    const std::string error = sgdn::cuda::forward(p, d, workspace, workspace_bytes, reinterpret_cast<cudaStream_t>(stream));
+    const std::string error =
+        sgdn::cuda::forward(p, d, workspace, workspace_bytes, reinterpret_cast<cudaStream_t>(stream));
     if (!error.empty())
-      return set_error(error.rfind("CUDA error", 0) == 0 ? SGDN_CUDA_CUDA_ERROR : SGDN_CUDA_INVALID_ARGUMENT, error);
+      return set_error(error.rfind("CUDA error", 0) == 0 ? SGDN_CUDA_CUDA_ERROR : SGDN_CUDA_INVALID_ARGUMENT,
+                       error);
     last_error.clear();
     return SGDN_CUDA_OK;
   } catch (const Failure& f) {
@@ -169,19 +179,28 @@ sgdn_cuda_status sgdn_cuda_forward(const sgdn_cuda_config* config, const sgdn_cu
   }
 }
 
-const char* sgdn_cuda_last_error(void) { return last_error.c_str(); }
+const char* sgdn_cuda_last_error(void) {
+  return last_error.c_str();
+}
 
 const char* sgdn_cuda_status_name(sgdn_cuda_status status) {
   switch (status) {
-    case SGDN_CUDA_OK: return "ok";
-    case SGDN_CUDA_INVALID_ARGUMENT: return "invalid argument";
-    case SGDN_CUDA_UNSUPPORTED: return "unsupported";
-    case SGDN_CUDA_WORKSPACE_TOO_SMALL: return "workspace too small";
-    case SGDN_CUDA_CUDA_ERROR: return "CUDA error";
+    case SGDN_CUDA_OK:
+      return "ok";
+    case SGDN_CUDA_INVALID_ARGUMENT:
+      return "invalid argument";
+    case SGDN_CUDA_UNSUPPORTED:
+      return "unsupported";
+    case SGDN_CUDA_WORKSPACE_TOO_SMALL:
+      return "workspace too small";
+    case SGDN_CUDA_CUDA_ERROR:
+      return "CUDA error";
   }
   return "unknown status";
 }
 
-int sgdn_cuda_abi_version(void) { return SGDN_CUDA_ABI_VERSION; }
+int sgdn_cuda_abi_version(void) {
+  return SGDN_CUDA_ABI_VERSION;
+}
 
 }  // extern "C"

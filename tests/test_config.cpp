@@ -43,7 +43,7 @@ TEST_CASE("a sweep expands to its cartesian product without duplicate runs", "[c
     CHECK(r.get("workload.tokens") == "200");
     CHECK(r.get("run.chunk") == "32");
     CHECK(r.get("selector.score") == "update_norm");  // a default filled in
-    CHECK(r.resolved.count("workload.path") == 0);  // unused by the random kind
+    CHECK(r.resolved.count("workload.path") == 0);    // unused by the random kind
     if (r.get("solver.name") == "exact") CHECK(r.resolved.count("solver.band") == 0);
   }
   CHECK(ids.size() == 6);
@@ -64,7 +64,8 @@ TEST_CASE("run ids are stable and depend only on the keys a run uses", "[config]
 }
 
 TEST_CASE("overrides given with --set win over the file, sweep lists included", "[config]") {
-  const auto runs = parse_experiment(kSmall, {"selector.name=topk", "selector.rho = 0.3", "run.group=2"}).expand();
+  const auto runs =
+      parse_experiment(kSmall, {"selector.name=topk", "selector.rho = 0.3", "run.group=2"}).expand();
   REQUIRE(runs.size() == 2);  // only the solver sweep remains
   for (const RunSpec& r : runs) {
     CHECK(r.get("selector.name") == "topk");
@@ -95,19 +96,23 @@ TEST_CASE("config errors name the key and what is allowed", "[config]") {
   CHECK_THROWS_WITH(parse_experiment("", {"run.chunks=3"}), Catch::Contains("run.chunks"));
   CHECK_THROWS_WITH(parse_experiment("", {"run.chunk"}), Catch::Contains("section.key=value"));
   CHECK_THROWS_WITH(parse_experiment("[run]\nchunk = 64\nchunk = 32\n", {}), Catch::Contains("given twice"));
-  CHECK_THROWS_WITH(parse_experiment("[run]\nthis line has no equals sign\n", {}), Catch::Contains("<string>"));
+  CHECK_THROWS_WITH(parse_experiment("[run]\nthis line has no equals sign\n", {}),
+                    Catch::Contains("<string>"));
   auto expand_error = [](const std::string& ini) { return parse_experiment(ini, {}).expand(); };
   CHECK_THROWS_WITH(expand_error("[selector]\nname = topq\n"),
                     Catch::Contains("selector.name = 'topq'") && Catch::Contains("head_budget"));
-  CHECK_THROWS_WITH(expand_error("[selector]\nrho = 1.5\n"), Catch::Contains("selector.rho = 1.5 is outside (0, 1]"));
+  CHECK_THROWS_WITH(expand_error("[selector]\nrho = 1.5\n"),
+                    Catch::Contains("selector.rho = 1.5 is outside (0, 1]"));
   CHECK_THROWS_WITH(expand_error("[selector]\nrho = 0\n"), Catch::Contains("selector.rho"));
   CHECK_THROWS_WITH(expand_error("[solver]\nband = -1\n"), Catch::Contains("solver.band"));
   CHECK_THROWS_WITH(expand_error("[solver]\nblock = 24\n"), Catch::Contains("does not divide run.chunk"));
-  CHECK_THROWS_WITH(expand_error("[workload]\nv_heads = 24\nqk_heads = 16\n"), Catch::Contains("multiple of qk_heads"));
+  CHECK_THROWS_WITH(expand_error("[workload]\nv_heads = 24\nqk_heads = 16\n"),
+                    Catch::Contains("multiple of qk_heads"));
   CHECK_THROWS_WITH(expand_error("[workload]\ntokens = 0\n"), Catch::Contains("workload.tokens"));
   CHECK_THROWS_WITH(expand_error("[workload]\ntokens = many\n"), Catch::Contains("workload.tokens = 'many'"));
   CHECK_THROWS_WITH(expand_error("[run]\nbackend = tpu\n"), Catch::Contains("allowed: cpu, cuda"));
-  CHECK_THROWS_WITH(expand_error("[run]\nprecision = bfloat16\n"), Catch::Contains("not available on the cpu backend"));
+  CHECK_THROWS_WITH(expand_error("[run]\nprecision = bfloat16\n"),
+                    Catch::Contains("not available on the cpu backend"));
   CHECK_THROWS_WITH(expand_error("[dump]\nstates = maybe\n"), Catch::Contains("dump.states"));
   CHECK_THROWS_WITH(expand_error("[workload]\nkind = file\n"), Catch::Contains("workload.path"));
   CHECK_THROWS_WITH(expand_error("[workload]\nkind = file\npath = /nonexistent/x.h5\n"),

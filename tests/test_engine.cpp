@@ -154,7 +154,8 @@ TEST_CASE("float32 engine agrees with the float64 oracle", "[engine]") {
   }
 }
 
-TEST_CASE("block_adjacent: full band is exact, and the error does not grow with the band", "[engine][solver]") {
+TEST_CASE("block_adjacent: full band is exact, and the error does not grow with the band",
+          "[engine][solver]") {
   const Shape shape{1, 200, 2, 4, 16, 16};
   const Inputs<double> in = random_inputs(shape, 21, true);
   const auto truth = token_recurrence(in);
@@ -180,8 +181,8 @@ TEST_CASE("block_adjacent flop count grows with the band and reaches exact's", "
   const auto exact = solver_registry().create("exact", Params("solver", {}));
   double previous = 0;
   for (int band = 0; band < 4; ++band) {
-    const auto s = solver_registry().create("block_adjacent",
-                                            Params("solver", {{"block", "16"}, {"band", std::to_string(band)}}));
+    const auto s = solver_registry().create(
+        "block_adjacent", Params("solver", {{"block", "16"}, {"band", std::to_string(band)}}));
     const double flops = s->flops_per_chunk(64, 256);
     CHECK(flops > previous);
     previous = flops;

@@ -2,10 +2,10 @@
 // file can be wrong gives an error naming the file, the dataset and what was expected.
 #include <catch2/catch.hpp>
 
-#include "support/scratch_dir.h"
 #include <filesystem>
 #include <fstream>
 #include <random>
+#include "support/scratch_dir.h"
 
 #include "core/error.h"
 #include "data/file_workload.h"
@@ -16,7 +16,6 @@ using namespace sgdn;
 using sgdn::test::ScratchDir;
 
 namespace {
-
 
 // Valid inputs whose values are float32-representable, so a float32 round trip gives them back exactly.
 Inputs<double> float_exact_inputs(const Shape& shape, uint64_t seed, bool with_initial_state) {

@@ -4,13 +4,13 @@
 
 #include <catch2/catch.hpp>
 
-#include "support/scratch_dir.h"
 #include <cmath>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <limits>
 #include <random>
+#include "support/scratch_dir.h"
 
 #include "core/error.h"
 #include "core/hdf5_file.h"
@@ -22,7 +22,6 @@ using namespace sgdn::h5;
 using sgdn::test::ScratchDir;
 
 namespace {
-
 
 // Random values spanning the type, with its extremes (and, for floats, NaN, infinities, -0 and denormals)
 // placed at the start so every round trip covers them.

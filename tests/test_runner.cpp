@@ -8,9 +8,9 @@
 #include <sstream>
 
 #include "analysis/tables.h"
-#include "support/scratch_dir.h"
 #include "core/hdf5_file.h"
 #include "experiments/runner.h"
+#include "support/scratch_dir.h"
 
 using namespace sgdn;
 namespace fs = std::filesystem;
@@ -41,7 +41,6 @@ solver.name = exact, block_adjacent
 selector.name = dense, topk, head_budget
 selector.rho = 0.25, 0.5
 )";
-
 
 }  // namespace
 
@@ -114,7 +113,8 @@ TEST_CASE("an interrupted sweep resumes with nothing lost or duplicated", "[runn
   const h5::File g = h5::File::open(clean);
   CHECK(g.children("/runs") == f.children("/runs"));
   for (const std::string& rid : g.children("/runs")) {
-    CHECK(g.read<float>("/runs/" + rid + "/outputs/o").values() == f.read<float>("/runs/" + rid + "/outputs/o").values());
+    CHECK(g.read<float>("/runs/" + rid + "/outputs/o").values() ==
+          f.read<float>("/runs/" + rid + "/outputs/o").values());
   }
 }
 

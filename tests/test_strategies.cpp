@@ -156,8 +156,8 @@ TEST_CASE("head_budget keeps round(rho N units) overall on random scores", "[sel
       CHECK(total == std::llround(rho * 37 * units));
       // it is the top of the scores: every kept score >= every dropped score
       double min_kept = 1e9, max_dropped = -1;
-      for (size_t i = 0; i < mask.size(); ++i) (mask[i] ? min_kept = std::min(min_kept, scores[i])
-                                                           : max_dropped = std::max(max_dropped, scores[i]));
+      for (size_t i = 0; i < mask.size(); ++i)
+        (mask[i] ? min_kept = std::min(min_kept, scores[i]) : max_dropped = std::max(max_dropped, scores[i]));
       CHECK(min_kept >= max_dropped);
     }
   }
@@ -179,8 +179,10 @@ TEST_CASE("random is reproducible by seed, differs across seeds and sequences", 
 
 TEST_CASE("stride spreads its events evenly", "[selector]") {
   const std::vector<double> scores(10, 0.0);
-  CHECK(select(*selector("stride", {{"rho", "0.2"}}), scores, 1) == std::vector<uint8_t>{0, 0, 1, 0, 0, 0, 0, 1, 0, 0});
-  CHECK(select(*selector("stride", {{"rho", "0.5"}}), scores, 1) == std::vector<uint8_t>{0, 1, 0, 1, 0, 1, 0, 1, 0, 1});
+  CHECK(select(*selector("stride", {{"rho", "0.2"}}), scores, 1) ==
+        std::vector<uint8_t>{0, 0, 1, 0, 0, 0, 0, 1, 0, 0});
+  CHECK(select(*selector("stride", {{"rho", "0.5"}}), scores, 1) ==
+        std::vector<uint8_t>{0, 1, 0, 1, 0, 1, 0, 1, 0, 1});
 }
 
 TEST_CASE("survival satisfies p_c = 1 + e^{Gamma_{c+1}} p_{c+1}, p_{N-1} = 0", "[score]") {
@@ -194,8 +196,10 @@ TEST_CASE("survival satisfies p_c = 1 + e^{Gamma_{c+1}} p_{c+1}, p_{N-1} = 0", "
     for (int64_t h = 0; h < kShape.v_heads; ++h) {
       // Γ_c from the inputs.
       std::vector<double> gamma(size_t(N), 0.0), p(size_t(N), 0.0);
-      for (int64_t t = 0; t < kShape.tokens; ++t) gamma[size_t(t / kChunk)] += in.g[(seq * kShape.tokens + t) * kShape.v_heads + h];
-      for (int64_t c = N - 2; c >= 0; --c) p[size_t(c)] = 1 + std::exp(gamma[size_t(c + 1)]) * p[size_t(c + 1)];
+      for (int64_t t = 0; t < kShape.tokens; ++t)
+        gamma[size_t(t / kChunk)] += in.g[(seq * kShape.tokens + t) * kShape.v_heads + h];
+      for (int64_t c = N - 2; c >= 0; --c)
+        p[size_t(c)] = 1 + std::exp(gamma[size_t(c + 1)]) * p[size_t(c + 1)];
       for (int64_t c = 0; c < N; ++c) {
         const int64_t i = (seq * kShape.v_heads + h) * N + c;
         REQUIRE(a.event_score[i] > 0);
@@ -219,8 +223,8 @@ TEST_CASE("update_norm is the norm of the chunk's write into a zero state", "[sc
 }
 
 TEST_CASE("registries: unknown names list the known ones, names register once", "[registry]") {
-  CHECK_THROWS_WITH(selector_registry().create("topq", Params()), Catch::Contains("head_budget") &&
-                                                                      Catch::Contains("unknown selector 'topq'"));
+  CHECK_THROWS_WITH(selector_registry().create("topq", Params()),
+                    Catch::Contains("head_budget") && Catch::Contains("unknown selector 'topq'"));
   CHECK_THROWS_WITH(solver_registry().create("neumann", Params()), Catch::Contains("block_adjacent"));
   CHECK_THROWS_WITH(score_registry().create("x", Params()), Catch::Contains("survival"));
   Registry<Selector> r("selector");
@@ -315,7 +319,8 @@ TEST_CASE("peak_write of a one-token chunk is that token's write norm", "[score]
   const auto norm = make_strategies("exact", "update_norm", "dense");
   const auto a = run_cpu(in, config_of(peak, 1, 1, Granularity::head));
   const auto b = run_cpu(in, config_of(norm, 1, 1, Granularity::head));
-  for (int64_t i = 0; i < a.event_score.size(); ++i) REQUIRE(a.event_score[i] == Approx(b.event_score[i]).epsilon(1e-5));
+  for (int64_t i = 0; i < a.event_score.size(); ++i)
+    REQUIRE(a.event_score[i] == Approx(b.event_score[i]).epsilon(1e-5));
 }
 
 TEST_CASE("survival with skip_own_group leaves out the event's own group", "[score]") {

@@ -35,7 +35,8 @@ Registry<Score>::Entry score_entry_peak_write() {
   std::vector<ParamSpec> specs = {{"persistence", "true", "multiply by the survival weight p_c"}};
   return {"peak_write", "the strongest single token write of the chunk (times its survival weight)", specs,
           [specs](const Params& p) {
-            return make_strategy<PeakWriteScore, Score>("peak_write", p, specs, p.get_bool("persistence", true));
+            return make_strategy<PeakWriteScore, Score>("peak_write", p, specs,
+                                                        p.get_bool("persistence", true));
           }};
 }
 

@@ -48,7 +48,8 @@ Registry<Score>::Entry score_entry_survival() {
       {"skip_own_group", "false", "leave the chunks of the event's own output group out of p_c"}};
   return {"survival", "update_norm times the decay-weighted count of later chunks that see the write", specs,
           [specs](const Params& p) {
-            return make_strategy<SurvivalScore, Score>("survival", p, specs, p.get_bool("skip_own_group", false));
+            return make_strategy<SurvivalScore, Score>("survival", p, specs,
+                                                       p.get_bool("skip_own_group", false));
           }};
 }
 

@@ -15,8 +15,9 @@ class UpdateNormScore : public ScoreWith<UpdateNormScore> {
 }  // namespace
 
 Registry<Score>::Entry score_entry_update_norm() {
-  return {"update_norm", "Frobenius norm of the chunk's write into a zero state", {},
-          [](const Params& p) { return make_strategy<UpdateNormScore, Score>("update_norm", p, {}); }};
+  return {"update_norm", "Frobenius norm of the chunk's write into a zero state", {}, [](const Params& p) {
+            return make_strategy<UpdateNormScore, Score>("update_norm", p, {});
+          }};
 }
 
 }  // namespace sgdn

@@ -15,8 +15,9 @@ class DenseSelector : public Selector {
 }  // namespace
 
 Registry<Selector>::Entry selector_entry_dense() {
-  return {"dense", "keep every event", {},
-          [](const Params& p) { return make_strategy<DenseSelector, Selector>("dense", p, {}); }};
+  return {"dense", "keep every event", {}, [](const Params& p) {
+            return make_strategy<DenseSelector, Selector>("dense", p, {});
+          }};
 }
 
 }  // namespace sgdn

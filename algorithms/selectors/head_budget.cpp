@@ -17,8 +17,8 @@ class HeadBudgetSelector : public Selector {
     const int64_t n = scores.chunks, units = scores.units;
     int64_t budget = budget_of(rho_, n * units);
     const int64_t floor_each = std::min(min_per_head_, n);
-    require(floor_each * units <= budget, "selector.min_per_head = ", min_per_head_, " needs ", floor_each * units,
-            " events but the budget round(rho N heads) is ", budget);
+    require(floor_each * units <= budget, "selector.min_per_head = ", min_per_head_, " needs ",
+            floor_each * units, " events but the budget round(rho N heads) is ", budget);
     for (int64_t unit = 0; unit < units && floor_each > 0; ++unit) {
       const std::vector<int64_t> order = chunks_by_score(scores, unit);
       for (int64_t i = 0; i < floor_each; ++i) mask[unit * n + order[size_t(i)]] = 1;
@@ -47,10 +47,11 @@ class HeadBudgetSelector : public Selector {
 }  // namespace
 
 Registry<Selector>::Entry selector_entry_head_budget() {
-  std::vector<ParamSpec> specs = {{"rho", "0.29", "fraction of events kept, in (0, 1]"},
-                                  {"min_per_head", "0", "events each unit receives before the shared budget"}};
-  return {"head_budget", "one budget round(rho N units) for the sequence, to the highest scores overall", specs,
-          [specs](const Params& p) {
+  std::vector<ParamSpec> specs = {
+      {"rho", "0.29", "fraction of events kept, in (0, 1]"},
+      {"min_per_head", "0", "events each unit receives before the shared budget"}};
+  return {"head_budget", "one budget round(rho N units) for the sequence, to the highest scores overall",
+          specs, [specs](const Params& p) {
             return make_strategy<HeadBudgetSelector, Selector>("head_budget", p, specs,
                                                                p.get_double_in("rho", 0.29, 0, 1, true),
                                                                p.get_int_at_least("min_per_head", 0, 0));

@@ -52,7 +52,8 @@ Registry<Selector>::Entry selector_entry_random() {
   std::vector<ParamSpec> specs = {{"rho", "0.29", "fraction of events kept, in (0, 1]"},
                                   {"seed", "0", "random seed"}};
   return {"random", "round(rho N) uniformly chosen chunks per unit", specs, [specs](const Params& p) {
-            return make_strategy<RandomSelector, Selector>("random", p, specs, p.get_double_in("rho", 0.29, 0, 1, true),
+            return make_strategy<RandomSelector, Selector>("random", p, specs,
+                                                           p.get_double_in("rho", 0.29, 0, 1, true),
                                                            uint64_t(p.get_int_at_least("seed", 0, 0)));
           }};
 }

@@ -12,7 +12,8 @@ class StrideSelector : public Selector {
   void select(const UnitScores& scores, int64_t, uint8_t* mask) const override {
     const int64_t keep = budget_of(rho_, scores.chunks);
     for (int64_t unit = 0; unit < scores.units; ++unit)
-      for (int64_t i = 0; i < keep; ++i) mask[unit * scores.chunks + ((2 * i + 1) * scores.chunks) / (2 * keep)] = 1;
+      for (int64_t i = 0; i < keep; ++i)
+        mask[unit * scores.chunks + ((2 * i + 1) * scores.chunks) / (2 * keep)] = 1;
   }
   bool uses_scores() const override { return false; }
 
@@ -25,7 +26,8 @@ class StrideSelector : public Selector {
 Registry<Selector>::Entry selector_entry_stride() {
   std::vector<ParamSpec> specs = {{"rho", "0.29", "fraction of events kept, in (0, 1]"}};
   return {"stride", "round(rho N) evenly spaced chunks per unit", specs, [specs](const Params& p) {
-            return make_strategy<StrideSelector, Selector>("stride", p, specs, p.get_double_in("rho", 0.29, 0, 1, true));
+            return make_strategy<StrideSelector, Selector>("stride", p, specs,
+                                                           p.get_double_in("rho", 0.29, 0, 1, true));
           }};
 }
 

@@ -24,7 +24,8 @@ class ThresholdSelector : public Selector {
 }  // namespace
 
 Registry<Selector>::Entry selector_entry_threshold() {
-  std::vector<ParamSpec> specs = {{"tau", "1.0", "keep scores >= tau x the sequence's mean score (tau >= 0)"}};
+  std::vector<ParamSpec> specs = {
+      {"tau", "1.0", "keep scores >= tau x the sequence's mean score (tau >= 0)"}};
   return {"threshold", "keep events scoring at least tau times the mean", specs, [specs](const Params& p) {
             const double tau = p.get_double("tau", 1.0);
             require(tau >= 0, p.qualified("tau"), " = ", tau, " must be >= 0");

@@ -25,7 +25,8 @@ class TopKSelector : public Selector {
 Registry<Selector>::Entry selector_entry_topk() {
   std::vector<ParamSpec> specs = {{"rho", "0.29", "fraction of events kept, in (0, 1]"}};
   return {"topk", "each unit keeps its round(rho N) highest-scoring chunks", specs, [specs](const Params& p) {
-            return make_strategy<TopKSelector, Selector>("topk", p, specs, p.get_double_in("rho", 0.29, 0, 1, true));
+            return make_strategy<TopKSelector, Selector>("topk", p, specs,
+                                                         p.get_double_in("rho", 0.29, 0, 1, true));
           }};
 }
 

@@ -22,8 +22,9 @@ class BlockAdjacentSolver : public SolverWith<BlockAdjacentSolver> {
         rhs.block(row0, 0, rows, cols).noalias() -=
             l.block(row0, first, rows, row0 - first) * rhs.block(first, 0, row0 - first, cols);
       }
-      l.block(row0, row0, rows, rows).template triangularView<Eigen::UnitLower>().solveInPlace(
-          rhs.block(row0, 0, rows, cols));
+      l.block(row0, row0, rows, rows)
+          .template triangularView<Eigen::UnitLower>()
+          .solveInPlace(rhs.block(row0, 0, rows, cols));
     }
   }
 

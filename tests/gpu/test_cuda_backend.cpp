@@ -114,13 +114,13 @@ std::vector<Case> dense_cases() {
     return s;
   };
   return {
-      {shape(1, 200, 2, 2, 64, 64), false, 1},     // r = 1, ragged last chunk (200 = 3*64 + 8)
-      {shape(2, 130, 2, 4, 128, 64), true, 1},     // r = 2, batch, initial state, ragged
-      {shape(1, 256, 1, 4, 128, 128), true, 3},    // r = 4, G = 3
-      {shape(1, 64, 2, 2, 32, 128), false, 2},     // exactly one chunk
-      {shape(1, 7, 1, 2, 16, 16), true, 1},        // shorter than a chunk
-      {shape(1, 333, 2, 4, 128, 128), false, 4},   // Qwen-like head dims, ragged, G = 4
-      {shape(1, 150, 1, 1, 48, 80), true, 1},      // V = 80: 16-column tiles
+      {shape(1, 200, 2, 2, 64, 64), false, 1},    // r = 1, ragged last chunk (200 = 3*64 + 8)
+      {shape(2, 130, 2, 4, 128, 64), true, 1},    // r = 2, batch, initial state, ragged
+      {shape(1, 256, 1, 4, 128, 128), true, 3},   // r = 4, G = 3
+      {shape(1, 64, 2, 2, 32, 128), false, 2},    // exactly one chunk
+      {shape(1, 7, 1, 2, 16, 16), true, 1},       // shorter than a chunk
+      {shape(1, 333, 2, 4, 128, 128), false, 4},  // Qwen-like head dims, ragged, G = 4
+      {shape(1, 150, 1, 1, 48, 80), true, 1},     // V = 80: 16-column tiles
   };
 }
 
@@ -153,10 +153,12 @@ TEST_CASE("CUDA dense exact matches the float64 token recurrence", "[gpu][dense]
       const double err_o = rel_error(gpu.o, ref.o);
       const double err_s = rel_error(gpu.final_state, ref.final_state);
       const double err_total = rel_error(gpu.o, ref_fp32.o);
-      std::printf("dense %s T=%lld H=%lld HV=%lld K=%lld V=%lld S0=%d G=%lld: rel err o %.3e state %.3e (vs fp32 inputs %.3e)\n",
-                  bf16 ? "bf16" : "fp32", (long long)cs.shape.tokens, (long long)cs.shape.qk_heads,
-                  (long long)cs.shape.v_heads, (long long)cs.shape.key_dim, (long long)cs.shape.value_dim,
-                  int(cs.initial_state), (long long)cs.group, err_o, err_s, err_total);
+      std::printf(
+          "dense %s T=%lld H=%lld HV=%lld K=%lld V=%lld S0=%d G=%lld: rel err o %.3e state %.3e (vs fp32 "
+          "inputs %.3e)\n",
+          bf16 ? "bf16" : "fp32", (long long)cs.shape.tokens, (long long)cs.shape.qk_heads,
+          (long long)cs.shape.v_heads, (long long)cs.shape.key_dim, (long long)cs.shape.value_dim,
+          int(cs.initial_state), (long long)cs.group, err_o, err_s, err_total);
       INFO("case " << index << (bf16 ? " bf16" : " fp32"));
       CHECK(err_o <= 1e-4);
       CHECK(err_s <= 1e-4);
@@ -202,17 +204,17 @@ TEST_CASE("CUDA sparse engine matches the CPU engine: masks, budgets, outputs, s
         for (const Solv& solv : solvers)
           for (int64_t group : {1, 2}) {
             const bool skip = score == "survival+skip_own_group";
-            Strategies s = make_strategies(solv.name, solv.params, skip ? "survival" : score, sel.name, sel.params, 64,
-                                           group, gran,
-                                           skip ? std::map<std::string, std::string>{{"skip_own_group", "true"}}
-                                                : std::map<std::string, std::string>{});
+            Strategies s = make_strategies(
+                solv.name, solv.params, skip ? "survival" : score, sel.name, sel.params, 64, group, gran,
+                skip ? std::map<std::string, std::string>{{"skip_own_group", "true"}}
+                     : std::map<std::string, std::string>{});
             s.config.keep_snapshots = true;
             const EngineResult<float> cpu = run_cpu(in, s.config);
             const EngineResult<float> gpu = run_cuda(in, s.config, CudaRunOptions{});
             ++runs;
             INFO("selector " << sel.name << " score " << score << " granularity " << granularity_name(gran)
-                             << " solver " << solv.name << (solv.params.count("band") ? solv.params.at("band") : "")
-                             << " G " << group);
+                             << " solver " << solv.name
+                             << (solv.params.count("band") ? solv.params.at("band") : "") << " G " << group);
             REQUIRE(gpu.event_mask.dims() == cpu.event_mask.dims());
             const double err_score = rel_error(gpu.event_score, cpu.event_score);
             CHECK(err_score <= 1e-4);
@@ -229,8 +231,9 @@ TEST_CASE("CUDA sparse engine matches the CPU engine: masks, budgets, outputs, s
             REQUIRE(gpu.snapshot_index.values() == cpu.snapshot_index.values());
             CHECK(rel_error(gpu.snapshots, cpu.snapshots) <= 1e-4);
           }
-  std::printf("sparse vs run_cpu: %d configurations, %d with a different mask, worst rel err (o, state) %.3e\n", runs,
-              mask_mismatch_runs, worst_o);
+  std::printf(
+      "sparse vs run_cpu: %d configurations, %d with a different mask, worst rel err (o, state) %.3e\n", runs,
+      mask_mismatch_runs, worst_o);
 }
 
 namespace {
@@ -279,8 +282,8 @@ double check_varlen(const VarlenCase& vc) {
   for (auto& x : s0) x = normal(rng);
 
   const bool dense = vc.selector == "dense";
-  Strategies strategies = make_strategies("block_adjacent", {{"block", "16"}, {"band", "1"}}, "survival", vc.selector,
-                                          vc.selector_params, 64, vc.group, Granularity::pair);
+  Strategies strategies = make_strategies("block_adjacent", {{"block", "16"}, {"band", "1"}}, "survival",
+                                          vc.selector, vc.selector_params, 64, vc.group, Granularity::pair);
   cuda::Problem p;
   p.num_seqs = S;
   p.total_tokens = total;
@@ -381,7 +384,8 @@ double check_varlen(const VarlenCase& vc) {
   double worst = 0;
   for (int64_t s = 0; s < S; ++s) {
     const int64_t t0 = cu[size_t(s)], len = vc.lengths[size_t(s)];
-    INFO("sequence " << s << " of length " << len << (vc.bf16 ? " bf16" : " fp32") << " selector " << vc.selector);
+    INFO("sequence " << s << " of length " << len << (vc.bf16 ? " bf16" : " fp32") << " selector "
+                     << vc.selector);
     Tensor<float> got_s({1, HV, K, V});
     for (int64_t i = 0; i < got_s.size(); ++i) got_s[i] = fin[size_t(s * HV * K * V + i)];
     if (len == 0) {  // an empty sequence hands its initial state through
@@ -416,8 +420,9 @@ double check_varlen(const VarlenCase& vc) {
         for (size_t i = 0; i < got_mask.size(); ++i) differ += got_mask[i] != ref.event_mask.values()[i];
         CHECK(double(differ) <= 0.05 * double(got_mask.size()));
         if (differ) {
-          std::printf("  (tensor cores: sequence %lld mask differs in %lld of %zu events; error not compared)\n",
-                      (long long)s, (long long)differ, got_mask.size());
+          std::printf(
+              "  (tensor cores: sequence %lld mask differs in %lld of %zu events; error not compared)\n",
+              (long long)s, (long long)differ, got_mask.size());
           continue;
         }
       } else {
@@ -442,8 +447,8 @@ TEST_CASE("CUDA packed variable-length batch matches per-sequence references", "
     vc.bf16 = bf16;
     vc.group = 2;
     const double dense_err = check_varlen(vc);
-    std::printf("varlen dense %s, lengths 130,64,0,1,257,40, G=2, S0: worst rel err %.3e\n", bf16 ? "bf16" : "fp32",
-                dense_err);
+    std::printf("varlen dense %s, lengths 130,64,0,1,257,40, G=2, S0: worst rel err %.3e\n",
+                bf16 ? "bf16" : "fp32", dense_err);
     vc.selector = "head_budget";
     vc.selector_params = {{"rho", "0.3"}};
     const double sparse_err = check_varlen(vc);
@@ -471,9 +476,9 @@ TEST_CASE("CUDA tensor-core path matches float64 within the bf16 bound", "[gpu][
     s.value_dim = 128;
     return s;
   };
-  const std::vector<Case> cases = {{shape(1, 333, 2, 4), false, 1},  {shape(2, 130, 2, 4), true, 1},
-                                   {shape(1, 64 * 21 + 5, 1, 2), true, 2}, {shape(1, 256, 1, 4), true, 3},
-                                   {shape(1, 7, 1, 2), false, 1},     {shape(1, 64 * 40, 2, 4), false, 4}};
+  const std::vector<Case> cases = {
+      {shape(1, 333, 2, 4), false, 1}, {shape(2, 130, 2, 4), true, 1}, {shape(1, 64 * 21 + 5, 1, 2), true, 2},
+      {shape(1, 256, 1, 4), true, 3},  {shape(1, 7, 1, 2), false, 1},  {shape(1, 64 * 40, 2, 4), false, 4}};
   int index = 0;
   double worst = 0;
   for (const Case& cs : cases) {
@@ -509,9 +514,11 @@ TEST_CASE("CUDA tensor-core path matches float64 within the bf16 bound", "[gpu][
   for (const std::string sel : {"head_budget", "topk", "stride", "random"})
     for (const std::string solver : {"exact", "block_adjacent"})
       for (int64_t group : {1, 2, 4}) {
-        Strategies s = make_strategies(solver, solver == "exact" ? std::map<std::string, std::string>{}
-                                                                 : std::map<std::string, std::string>{{"block", "16"}, {"band", "1"}},
-                                       "survival", sel, {{"rho", "0.29"}}, 64, group, Granularity::pair);
+        Strategies s = make_strategies(
+            solver,
+            solver == "exact" ? std::map<std::string, std::string>{}
+                              : std::map<std::string, std::string>{{"block", "16"}, {"band", "1"}},
+            "survival", sel, {{"rho", "0.29"}}, 64, group, Granularity::pair);
         s.config.keep_snapshots = true;
         const EngineResult<float> cpu = run_cpu(in, s.config);
         CudaRunOptions options;
@@ -581,10 +588,12 @@ TEST_CASE("CUDA backend rejects what it cannot run, naming it", "[gpu][errors]")
 
   Shape wide = shape;
   wide.key_dim = 256;
-  CHECK_THROWS_WITH(run_cuda(random_inputs(wide, false, 1), s.config, CudaRunOptions{}), Catch::Contains("key_dim"));
+  CHECK_THROWS_WITH(run_cuda(random_inputs(wide, false, 1), s.config, CudaRunOptions{}),
+                    Catch::Contains("key_dim"));
   Shape odd = shape;
   odd.value_dim = 40;
-  CHECK_THROWS_WITH(run_cuda(random_inputs(odd, false, 1), s.config, CudaRunOptions{}), Catch::Contains("value_dim"));
+  CHECK_THROWS_WITH(run_cuda(random_inputs(odd, false, 1), s.config, CudaRunOptions{}),
+                    Catch::Contains("value_dim"));
 
   EngineConfig big_chunk = s.config;
   big_chunk.chunk = 128;

@@ -27,7 +27,9 @@ struct DeviceArena {
   }
 };
 
-std::string last_error() { return sgdn_cuda_last_error(); }
+std::string last_error() {
+  return sgdn_cuda_last_error();
+}
 
 }  // namespace
 
@@ -54,8 +56,10 @@ TEST_CASE("C ABI rejects bad input with a status and a message", "[gpu][capi]") 
   t.g = static_cast<float*>(arena.alloc(size_t(T * HV) * 4));
   t.beta = arena.alloc(size_t(T * HV) * 4);
   t.o = arena.alloc(size_t(T * HV * V) * 4);
-  REQUIRE(cudaMemcpy(const_cast<void*>(t.q), host_q.data(), host_q.size() * 4, cudaMemcpyHostToDevice) == cudaSuccess);
-  REQUIRE(cudaMemcpy(const_cast<void*>(t.k), host_q.data(), host_q.size() * 4, cudaMemcpyHostToDevice) == cudaSuccess);
+  REQUIRE(cudaMemcpy(const_cast<void*>(t.q), host_q.data(), host_q.size() * 4, cudaMemcpyHostToDevice) ==
+          cudaSuccess);
+  REQUIRE(cudaMemcpy(const_cast<void*>(t.k), host_q.data(), host_q.size() * 4, cudaMemcpyHostToDevice) ==
+          cudaSuccess);
   void* workspace = arena.alloc(bytes);
 
   SECTION("a good call succeeds and clears the message") {

@@ -21,7 +21,8 @@ inline Inputs<double> random_inputs(const Shape& shape, uint64_t seed, bool with
   for (double& x : in.beta.values()) x = 0.05 + 0.9 * uniform(rng);
   for (int64_t i = 0; i < in.g.size(); ++i) {
     const int64_t head = i % shape.v_heads;
-    const double rate = std::pow(10.0, -3.0 + 2.5 * double(head) / double(std::max<int64_t>(1, shape.v_heads - 1)));
+    const double rate =
+        std::pow(10.0, -3.0 + 2.5 * double(head) / double(std::max<int64_t>(1, shape.v_heads - 1)));
     in.g[i] = -rate * (0.5 + uniform(rng));
   }
   for (double& x : in.initial_state.values()) x = 0.3 * normal(rng);
@@ -46,7 +47,8 @@ struct Strategies {
   std::unique_ptr<Selector> selector;
 };
 
-inline Strategies make_strategies(const std::string& solver, const std::string& score, const std::string& selector,
+inline Strategies make_strategies(const std::string& solver, const std::string& score,
+                                  const std::string& selector,
                                   std::map<std::string, std::string> solver_params = {},
                                   std::map<std::string, std::string> selector_params = {}) {
   Strategies s;
