@@ -8,6 +8,8 @@ Writes into DIR, skipping (with a note) any plot the files hold no data for:
   needle_heatmap.png   needle accuracy over depth x length, one small panel per configuration
   budgets.png          retention per head group (the events each group received) per configuration
   state_error.png      mean relative state error after each chunk, one line per selector/rho
+  pareto.png           needle accuracy against run time relative to dense, every selector configuration,
+                       with the Pareto front (most accuracy for the least time)
 
 Only h5py, numpy and matplotlib (Debian's python3-* packages) are used.
 """
@@ -114,8 +116,10 @@ def is_threshold(run):
 
 
 def colour_map(labels):
-    cycle = plt.rcParams["axes.prop_cycle"].by_key()["color"]
     others = [lab for lab in sorted(labels) if lab != "dense"]
+    # the default cycle repeats after 10 colours; tab20 keeps up to 20 labels apart
+    cycle = (plt.rcParams["axes.prop_cycle"].by_key()["color"] if len(others) <= 10
+             else [plt.get_cmap("tab20")(i) for i in range(20)])
     colours = {lab: cycle[i % len(cycle)] for i, lab in enumerate(others)}
     colours["dense"] = DENSE_COLOUR
     return colours
@@ -455,6 +459,53 @@ def plot_state_error(runs, out_dir, sel_label):
 
 # ----------------------------------------------------------------------------------------------- main
 
+# ----------------------------------------------------------------------------------------------- plot 5
+
+def plot_pareto(runs, out_dir, sel_label):
+    """Needle accuracy against time: each configuration's mean accuracy over the needle workloads, and its mean
+    run time divided by the dense run's on the same workload (the backend's own seconds metric)."""
+    runs = [r for r in runs if r["a"].get("workload.kind") == "needle" and "needle_accuracy" in r["m"]
+            and "seconds" in r["m"]]
+    dense_time = {}
+    for r in runs:
+        if is_dense(r):
+            dense_time[(r["a"].get("workload"), solver_label(r), r["a"].get("run.backend"))] = r["m"]["seconds"]
+    points = defaultdict(lambda: [[], []])
+    for r in runs:
+        base = dense_time.get((r["a"].get("workload"), solver_label(r), r["a"].get("run.backend")))
+        if not base:
+            continue
+        key = ("dense" if is_dense(r) else sel_label(r), budget_text(r), int(r["a"].get("run.group", 1)),
+               solver_label(r))
+        points[key][0].append(r["m"]["seconds"] / base)
+        points[key][1].append(r["m"]["needle_accuracy"])
+    if len(points) < 2:
+        print("plot.py: fewer than two needle configurations with a dense run to compare: skipping pareto.png")
+        return
+    items = sorted((np.mean(t), np.mean(acc), key) for key, (t, acc) in points.items())
+    front, best = [], -1.0
+    for t, acc, key in items:  # sorted by time: a point is on the front if it beats every faster one
+        if acc > best:
+            front.append((t, acc))
+            best = acc
+    colours = colour_map({k[0] for k in points})
+    fig, ax = plt.subplots(figsize=(9, 6))
+    for t, acc, key in items:
+        ax.scatter(t, acc, color=colours[key[0]], s=30, zorder=3)
+        ax.annotate(" ".join(str(x) for x in (key[0], key[1], f"G={key[2]}") if x), (t, acc), fontsize=6,
+                    xytext=(3, 2), textcoords="offset points")
+    ax.plot([p[0] for p in front], [p[1] for p in front], color="grey", lw=1, ls="--", zorder=2, label="Pareto front")
+    for name, colour in colours.items():
+        ax.scatter([], [], color=colour, label=name)
+    ax.set_xlabel("run time / dense run time on the same workload (mean)")
+    ax.set_ylabel("needle accuracy (mean over needle workloads)")
+    ax.set_ylim(-0.03, 1.05)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=7, loc="lower right")
+    ax.set_title("Needle accuracy against time, every selector configuration", fontsize=10)
+    save(fig, out_dir, "pareto.png")
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("files", nargs="+", help="experiment files written by `sgdn run`")
@@ -471,6 +522,7 @@ def main(argv=None):
     plot_needle_heatmap(runs, args.out, sel_label)
     plot_budgets(runs, args.out, sel_label)
     plot_state_error(runs, args.out, sel_label)
+    plot_pareto(runs, args.out, sel_label)
     return 0
 
 
