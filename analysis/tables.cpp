@@ -186,9 +186,11 @@ void print_analysis(std::ostream& out, const std::vector<RunRecord>& runs) {
   std::map<std::vector<std::string>, std::pair<std::vector<double>, int>> budgets;
   for (const RunRecord& r : runs) {
     if (value_or(r.config, "selector.name", "") == "dense" || r.retention_per_unit.empty()) continue;
-    auto& b = budgets[{selector_label(r), budget_label(r), value_or(r.config, "workload.kind", "?")}];
-    if (b.first.size() != r.retention_per_unit.size())
-      b = {std::vector<double>(r.retention_per_unit.size(), 0.0), 0};
+    // Runs with another number of head groups, another G or solver are rows of their own.
+    auto& b = budgets[{selector_label(r), budget_label(r), value_or(r.config, "workload.kind", "?"),
+                       value_or(r.config, "run.group", "?"), solver_label(r),
+                       std::to_string(r.retention_per_unit.size())}];
+    if (b.first.empty()) b.first.assign(r.retention_per_unit.size(), 0.0);
     for (size_t u = 0; u < r.retention_per_unit.size(); ++u) b.first[u] += r.retention_per_unit[u];
     b.second += 1;
   }
@@ -203,11 +205,11 @@ void print_analysis(std::ostream& out, const std::vector<RunRecord>& runs) {
         hi = std::max(hi, share);
         cells += (u ? " " : "") + fixed(100 * share, 0);
       }
-      budget_rows.push_back(
-          {key[0], key[1], key[2], fixed(100 * lo, 0) + "-" + fixed(100 * hi, 0) + "%", cells});
+      budget_rows.push_back({key[0], key[1], key[3], key[4], key[2],
+                             fixed(100 * lo, 0) + "-" + fixed(100 * hi, 0) + "%", cells});
     }
     out << "\nEvents kept per head group (% of chunks; one number per group, in head order)\n\n";
-    print_table(out, {"selector", "rho", "workload", "range", "per group"}, budget_rows);
+    print_table(out, {"selector", "rho", "G", "solver", "workload", "range", "per group"}, budget_rows);
   }
 }
 

@@ -12,6 +12,10 @@
 
 namespace sgdn {
 
+// Part of every workload id: raise it when a generator's output changes for the same parameters, so that
+// experiment files never mix inputs of two generator versions under one id.
+inline constexpr int kWorkloadGeneratorVersion = 1;
+
 struct Workload {
   std::string kind;  // random | needle | file
   Inputs<double> inputs;

@@ -1,13 +1,16 @@
 #include "experiments/config.h"
 
 #include <boost/program_options.hpp>
+#include <filesystem>
 #include <fstream>
 #include <set>
 #include <sstream>
 
+#include "core/hdf5_file.h"
 #include "data/file_workload.h"
 #include "data/needle_workload.h"
 #include "data/random_workload.h"
+#include "data/workload.h"
 
 namespace sgdn {
 namespace po = boost::program_options;
@@ -55,6 +58,21 @@ void set_override(Settings& settings, const std::string& assignment) {
   const std::string key = trim(assignment.substr(0, eq));
   check_known_key(key, " (from --set)");
   settings[key] = trim(assignment.substr(eq + 1));
+}
+
+// Numbers in their shortest exact form and booleans as true/false; anything else as written.
+std::string canonical_value(const std::string& text) {
+  if (text == "true" || text == "yes" || text == "on") return "true";
+  if (text == "false" || text == "no" || text == "off") return "false";
+  try {
+    return std::to_string(parse_int("", text));
+  } catch (const Error&) {
+  }
+  try {
+    return h5::format_lossless(parse_double("", text));
+  } catch (const Error&) {
+  }
+  return text;
 }
 
 }  // namespace
@@ -211,12 +229,25 @@ RunSpec resolve_run(const Settings& settings) {
       NeedleOptions::from_params(run.section("workload")).resolved(shape);
     }
   }
-  std::string workload_text;
-  for (const auto& [key, v] : r) workload_text += key + "=" + v + "\n";
+  // The workload id: its canonical keys, the generators' version, and for a file its size and time, so
+  // that a changed generator or input file is a new workload rather than a stale one.
+  std::string workload_text = "generator_version=" + std::to_string(kWorkloadGeneratorVersion) + "\n";
+  for (const auto& [key, v] : r) workload_text += key + "=" + canonical_value(v) + "\n";
+  if (kind == "file") {
+    std::error_code ec;
+    const std::string path = r["workload.path"];
+    workload_text += "file_size=" + std::to_string(std::filesystem::file_size(path, ec)) + "\n";
+    const auto mtime = std::filesystem::last_write_time(path, ec);
+    workload_text += "file_time=" + std::to_string(mtime.time_since_epoch().count()) + "\n";
+  }
   run.workload_id = "w" + short_hash(workload_text);
 
   // [run]
   const std::string backend = take("run.backend");
+#ifndef SGDN_WITH_CUDA
+  require(backend == "cpu", "run.backend = cuda: this sgdn was built without the CUDA backend ",
+          "(configure with -DSGDN_WITH_CUDA=ON on a machine with nvcc)");
+#endif
   const std::string precision = take("run.precision");
   if (backend == "cpu") {
     require(precision == "float64" || precision == "float32", "run.precision = '", precision,
@@ -258,6 +289,8 @@ RunSpec resolve_run(const Settings& settings) {
   take_bool("dump.states");
 
   make_run_strategies(run);  // parameter ranges, block vs chunk
+  // Canonical text, so that `0.1` and `0.10`, or `yes` and `true`, are one run.
+  for (auto& [key, v] : r) v = canonical_value(v);
   std::string text;
   for (const auto& [key, v] : r) text += key + "=" + v + "\n";
   run.id = "r" + short_hash(text);

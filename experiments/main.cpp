@@ -47,8 +47,13 @@ int command_run_or_list(const std::string& command, const std::vector<std::strin
     return 0;
   }
   RunnerOptions options;
-  options.out = out.empty() ? std::filesystem::path(config).stem().string() + ".h5" : out;
   std::tie(options.shard_index, options.shard_count) = parse_shard(shard);
+  // Without --out each shard gets a file of its own, so shards never share one.
+  const std::string stem = std::filesystem::path(config).stem().string();
+  options.out = !out.empty()               ? out
+                : options.shard_count == 1 ? stem + ".h5"
+                                           : stem + ".shard-" + std::to_string(options.shard_index) + "-of-" +
+                                                 std::to_string(options.shard_count) + ".h5";
   const RunnerSummary summary = run_experiment(exp, options, std::cerr);
   std::cerr << "sgdn run: " << summary.ran << " runs done now, " << summary.already_done
             << " found done; wrote " << options.out << "\n";

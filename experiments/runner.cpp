@@ -1,6 +1,12 @@
 #include "experiments/runner.h"
 
+#include <fcntl.h>
+#include <sys/file.h>
+#include <unistd.h>
+
+#include <cerrno>
 #include <chrono>
+#include <cstring>
 #include <filesystem>
 #include <iomanip>
 #include <iostream>
@@ -37,7 +43,16 @@ std::string part_of_workload(const fs::path& parts, const std::string& wid) {
   return (parts / ("workload-" + wid + ".h5")).string();
 }
 
-PreparedWorkload& prepare_workload(const RunSpec& run, const fs::path& parts,
+// The exact outputs of a workload stored by an earlier call, in the experiment file or in a part.
+bool load_stored_exact(const std::string& path, PreparedWorkload& w) {
+  if (!fs::exists(path)) return false;
+  const h5::File file = h5::File::open(path);
+  if (!file.is_group("/workloads/" + w.wid) || !has_exact_outputs(file, w.wid)) return false;
+  w.exact_o = load_exact_outputs(file, w.wid, w.workload.inputs.shape);
+  return true;
+}
+
+PreparedWorkload& prepare_workload(const RunSpec& run, const std::string& out, const fs::path& parts,
                                    std::unique_ptr<PreparedWorkload>& cache, std::ostream& progress) {
   if (cache && cache->wid == run.workload_id) return *cache;
   cache.reset();
@@ -47,11 +62,11 @@ PreparedWorkload& prepare_workload(const RunSpec& run, const fs::path& parts,
   const std::string part = part_of_workload(parts, w->wid);
   const bool reference = run.get_bool("run.reference");
   if (fs::exists(part)) {  // written by an earlier, interrupted call
-    const h5::File file = h5::File::open(part);
-    if (has_exact_outputs(file, w->wid))
-      w->exact_o = load_exact_outputs(file, w->wid, w->workload.inputs.shape);
+    load_stored_exact(part, *w);
   } else {
-    if (reference) {
+    // A grown sweep: the experiment file may hold this workload's reference already.
+    if (reference) load_stored_exact(out, *w);
+    if (reference && w->exact_o.empty()) {
       const auto start = std::chrono::steady_clock::now();
       w->exact_o = run_exact(w->workload.inputs, 64, false).o;
       progress << "  workload " << w->wid << " (" << w->workload.inputs.shape.str() << "): exact outputs in "
@@ -225,8 +240,39 @@ std::set<std::string> runs_in(const std::string& path) {
   return ids;
 }
 
-// Adds every finished part to the experiment file (atomically), then removes the parts.
-void merge_parts(const std::string& out, const fs::path& parts) {
+// Copies what `source` has under `path` and `target` lacks: whole objects, or for a group that exists in
+// both, its missing children (a workload first written without inputs or exact outputs gains them later).
+void copy_missing(h5::File& target, const h5::File& source, const std::string& path) {
+  if (!target.exists(path)) {
+    target.copy_from(source, path, path);
+  } else if (source.is_group(path) && target.is_group(path)) {
+    for (const std::string& child : source.children(path)) copy_missing(target, source, path + "/" + child);
+  }
+}
+
+// Holds an exclusive lock on `path` (created if missing) while it lives: shards that were given the same
+// experiment file merge one after the other instead of overwriting each other's merge.
+class FileLock {
+ public:
+  explicit FileLock(const std::string& path) : fd_(::open(path.c_str(), O_RDWR | O_CREAT, 0644)) {
+    require(fd_ >= 0, "cannot open lock file '", path, "': ", std::strerror(errno));
+    require(::flock(fd_, LOCK_EX) == 0, "cannot lock '", path, "': ", std::strerror(errno));
+  }
+  ~FileLock() {
+    ::flock(fd_, LOCK_UN);
+    ::close(fd_);
+  }
+  FileLock(const FileLock&) = delete;
+  FileLock& operator=(const FileLock&) = delete;
+
+ private:
+  int fd_;
+};
+
+// Adds every finished part to the experiment file (atomically), then removes the parts it merged. Parts
+// still being written (temporary names) and the parts folder of another shard's ongoing runs stay.
+void merge_parts(const std::string& out, const fs::path& parts, bool remove_folder, std::ostream& progress) {
+  const FileLock lock(out + ".lock");
   std::vector<fs::path> files;
   for (const auto& entry : fs::directory_iterator(parts))
     if (entry.path().extension() == ".h5") files.push_back(entry.path());
@@ -239,14 +285,22 @@ void merge_parts(const std::string& out, const fs::path& parts) {
     const h5::File source = h5::File::open(part.string());
     for (const char* top : {"/workloads", "/runs"}) {
       if (!source.is_group(top)) continue;
-      for (const std::string& id : source.children(top)) {
-        const std::string path = std::string(top) + "/" + id;
-        if (!f.exists(path)) f.copy_from(source, path, path);
-      }
+      for (const std::string& id : source.children(top)) copy_missing(f, source, std::string(top) + "/" + id);
+    }
+  }
+  if (f.is_group("/runs")) {
+    for (const std::string& rid : f.children("/runs")) {
+      const std::string wid = f.attr_string("/runs/" + rid, "workload");
+      if (!f.is_group("/workloads/" + wid))
+        progress << "sgdn run: warning: run " << rid << " names workload " << wid
+                 << ", which the file lacks\n";
     }
   }
   target.commit();
-  fs::remove_all(parts);
+  for (const fs::path& part : files) fs::remove(part);
+  // The folder goes only when no other shard can be writing into it.
+  std::error_code not_empty;
+  if (remove_folder) fs::remove(parts, not_empty);
 }
 
 std::string format_seconds(double s) {
@@ -293,7 +347,8 @@ RunnerSummary run_experiment(const Experiment& experiment, const RunnerOptions& 
   const auto start = std::chrono::steady_clock::now();
   for (const RunSpec* run : pending) {
     if (options.stop_after >= 0 && summary.ran >= options.stop_after) return summary;
-    PreparedWorkload& pw = prepare_workload(*run, parts, cache, progress);
+    fs::create_directories(parts);  // also where another process removed it meanwhile
+    PreparedWorkload& pw = prepare_workload(*run, options.out, parts, cache, progress);
     const auto run_start = std::chrono::steady_clock::now();
     execute_run(*run, pw, part_of_run(parts, run->id));
     ++summary.ran;
@@ -307,7 +362,7 @@ RunnerSummary run_experiment(const Experiment& experiment, const RunnerOptions& 
              << std::flush;
   }
   if (fs::exists(parts)) {
-    merge_parts(options.out, parts);
+    merge_parts(options.out, parts, options.shard_count == 1, progress);
     summary.merged = true;
   }
   return summary;

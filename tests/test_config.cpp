@@ -137,3 +137,18 @@ selector.rho = 0.1, 0.2
   // dense 1 + stride 2 rho + topk 3 scores x 2 rho
   CHECK(runs.size() == 9);
 }
+
+TEST_CASE("run ids do not depend on how a number or boolean is written", "[config]") {
+  const auto a = parse_experiment("[selector]\nrho = 0.1\n[dump]\nstates = yes\n", {}).expand().at(0);
+  const auto b = parse_experiment("[selector]\nrho = 0.10\n[dump]\nstates = true\n", {}).expand().at(0);
+  CHECK(a.id == b.id);
+  CHECK(a.get("selector.rho") == "0.1");
+  CHECK(a.get("dump.states") == "true");
+}
+
+#ifndef SGDN_WITH_CUDA
+TEST_CASE("the cuda backend on a build without it is an error before anything runs", "[config]") {
+  CHECK_THROWS_WITH(parse_experiment("[run]\nbackend = cuda\nprecision = float32\n", {}).expand(),
+                    Catch::Contains("built without the CUDA backend"));
+}
+#endif

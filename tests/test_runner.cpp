@@ -98,7 +98,7 @@ TEST_CASE("an interrupted sweep resumes with nothing lost or duplicated", "[runn
   CHECK_FALSE(fs::exists(out));  // nothing half-written at the final name
   CHECK(fs::exists(out + ".parts"));
   // A run killed while writing leaves a temporary file, never a part with the final name.
-  std::ofstream(out + ".parts/run-rdeadbeef.h5.tmp") << "partial";
+  std::ofstream(out + ".parts/run-rdeadbeef.h5.tmp-a1B2c3") << "partial";
 
   s = run_experiment(exp, {out}, log);
   CHECK(s.already_done == 4);
@@ -201,4 +201,17 @@ selector.name = dense, head_budget
     CHECK(r.metrics.count("needle_accuracy") == 1);
   }
   CHECK(log.str().find("exact outputs") == std::string::npos);
+}
+
+TEST_CASE("a grown sweep runs only what is new and reuses the stored reference", "[runner]") {
+  ScratchDir dir;
+  const std::string out = dir.file("grow.h5");
+  std::ostringstream first, second;
+  run_experiment(parse_experiment(kSweep, {"selector.name=dense"}), {out}, first);
+  CHECK(first.str().find("exact outputs") != std::string::npos);
+  const RunnerSummary s = run_experiment(parse_experiment(kSweep, {}), {out}, second);
+  CHECK(s.already_done == 2);  // dense with both solvers
+  CHECK(s.ran == 8);
+  CHECK(second.str().find("exact outputs") == std::string::npos);
+  CHECK(read_runs(out).size() == 10);
 }

@@ -334,6 +334,30 @@ TEST_CASE("survival with skip_own_group leaves out the event's own group", "[sco
     REQUIRE(b.event_score[i] <= a.event_score[i] * (1 + 1e-6));
     if (i % N == N - 1) REQUIRE(b.event_score[i] == 0);
   }
+  // By hand for G = 3: p_c without the chunks c+1 .. end of c's group, each weighted by the decay between.
+  for (int64_t seq = 0; seq < kShape.batch; ++seq) {
+    for (int64_t h = 0; h < kShape.v_heads; ++h) {
+      std::vector<double> gamma(size_t(N), 0.0);
+      for (int64_t t = 0; t < kShape.tokens; ++t)
+        gamma[size_t(t / kChunk)] += in.g[(seq * kShape.tokens + t) * kShape.v_heads + h];
+      for (int64_t c = 0; c < N; ++c) {
+        double p = 0, weight = 1;
+        for (int64_t later = c + 1; later < N; ++later) {
+          if (later >= (c / 3 + 1) * 3) p += weight;  // beyond c's group
+          weight *= std::exp(gamma[size_t(later)]);
+        }
+        const int64_t i = (seq * kShape.v_heads + h) * N + c;
+        // a holds update_norm x p_full, so the write's norm is a / p_full.
+        double p_full = 0, w_full = 1;
+        for (int64_t later = c + 1; later < N; ++later) {
+          p_full += w_full;
+          w_full *= std::exp(gamma[size_t(later)]);
+        }
+        if (p_full > 0)
+          REQUIRE(b.event_score[i] == Approx(a.event_score[i] / p_full * p).epsilon(1e-4).margin(1e-6));
+      }
+    }
+  }
   // With G = 1 nothing is skipped.
   const auto c = run_cpu(in, config_of(skip, kChunk, 1, Granularity::head));
   for (int64_t i = 0; i < a.event_score.size(); ++i) REQUIRE(c.event_score[i] == Approx(a.event_score[i]));
