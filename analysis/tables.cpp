@@ -7,6 +7,7 @@
 #include <set>
 #include <sstream>
 
+#include "algorithms/selector.h"
 #include "core/error.h"
 #include "core/hdf5_file.h"
 #include "core/params.h"
@@ -41,9 +42,16 @@ std::string solver_label(const RunRecord& r) {
   return name;
 }
 
+// Whether a selector reads scores (dense, random and stride do not), by asking the registry; unknown
+// names (a file from a build with other strategies) keep their score in the label.
+bool reads_scores(const std::string& selector) {
+  if (!selector_registry().contains(selector)) return true;
+  return selector_registry().create(selector, Params("selector", {}))->uses_scores();
+}
+
 std::string selector_label(const RunRecord& r) {
   std::string s = value_or(r.config, "selector.name", "?");
-  if (s != "dense")
+  if (reads_scores(s))
     s += "/" + value_or(r.config, "selector.score", "?") + "/" +
          value_or(r.config, "selector.granularity", "?");
   return s;
