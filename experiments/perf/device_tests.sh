@@ -24,7 +24,7 @@ for tool in memcheck racecheck; do
   status=$((status | ${PIPESTATUS[0]}))
 done
 if [ "${SGDN_BENCH:-0}" = 1 ]; then
-  SGDN_CUDA_LIB=$DIST/libsgdn_cuda_capi.so timeout 240 python3 experiments/perf/bench_baseline.py 2>&1 | tee "$OUT/bench_baseline.log"
+  SGDN_CUDA_LIB=$DIST/libsgdn_cuda_capi.so timeout 240 python3 experiments/perf/bench.py --quick --out "$OUT" 2>&1 | tee "$OUT/bench.log"
 fi
 echo "overall status $status" | tee -a "$OUT/device.txt"
 exit $status
