@@ -1,6 +1,8 @@
 #include "analysis/metrics.h"
 
+#include <array>
 #include <cmath>
+#include <map>
 
 #include "core/error.h"
 
@@ -58,6 +60,52 @@ Retention retention(const Tensor<uint8_t>& event_mask, const Tensor<int32_t>& bu
     for (int64_t u = 0; u < units; ++u)
       r.per_unit[size_t(u)] += double(budget[b * units + u]) / double(N * B);
   return r;
+}
+
+Tensor<double> state_error_from_snapshots(const Inputs<double>& in, int64_t chunk,
+                                          const Tensor<uint8_t>& event_mask, const Tensor<float>& snapshots,
+                                          const Tensor<int32_t>& snapshot_index,
+                                          const Tensor<float>& reference_states) {
+  const Shape& s = in.shape;
+  const int64_t B = s.batch, T = s.tokens, HV = s.v_heads, KV = s.key_dim * s.value_dim;
+  const int64_t N = num_chunks(T, chunk);
+  require(reference_states.dims() == std::vector<int64_t>{B, HV, N + 1, s.key_dim, s.value_dim},
+          "state_error_from_snapshots: reference states have shape ", dims_str(reference_states.dims()));
+  // Where each (sequence, head, chunk) snapshot lies; chunk -1 is S0.
+  std::map<std::array<int32_t, 3>, int64_t> where;
+  for (int64_t i = 0; i < snapshot_index.dim(0); ++i)
+    where[{snapshot_index[i * 3], snapshot_index[i * 3 + 1], snapshot_index[i * 3 + 2]}] = i;
+  Tensor<double> error({B, HV, N});
+  for (int64_t b = 0; b < B; ++b) {
+    for (int64_t h = 0; h < HV; ++h) {
+      auto found = where.find({int32_t(b), int32_t(h), -1});
+      require(found != where.end(), "state_error_from_snapshots: no S0 snapshot for sequence ", b, ", head ",
+              h);
+      const float* snapshot = snapshots.data() + found->second * KV;
+      double pending = 0;  // log decay since the snapshot
+      for (int64_t c = 0; c < N; ++c) {
+        if (event_mask[(b * HV + h) * N + c]) {
+          found = where.find({int32_t(b), int32_t(h), int32_t(c)});
+          require(found != where.end(), "state_error_from_snapshots: no snapshot after selected chunk ", c);
+          snapshot = snapshots.data() + found->second * KV;
+          pending = 0;
+        } else {
+          for (int64_t t = c * chunk; t < std::min(T, (c + 1) * chunk); ++t)
+            pending += in.g[(b * T + t) * HV + h];
+        }
+        const double decay = std::exp(pending);
+        const float* ref = reference_states.data() + ((b * HV + h) * (N + 1) + c + 1) * KV;
+        double diff = 0, norm = 0;
+        for (int64_t i = 0; i < KV; ++i) {
+          const double d = decay * double(snapshot[i]) - double(ref[i]);
+          diff += d * d;
+          norm += double(ref[i]) * double(ref[i]);
+        }
+        error[(b * HV + h) * N + c] = norm > 0 ? std::sqrt(diff / norm) : std::sqrt(diff);
+      }
+    }
+  }
+  return error;
 }
 
 std::vector<double> state_error_by_chunk(const Tensor<double>& state_error) {

@@ -25,6 +25,14 @@ struct Retention {
 };
 Retention retention(const Tensor<uint8_t>& event_mask, const Tensor<int32_t>& budget);
 
+// The state error of SPEC §8 rebuilt from a run's snapshots, for backends that do not measure it
+// themselves: the carried state after chunk c is the latest snapshot times the decay of the unselected chunks
+// since, compared with reference_states [B, HV, N + 1, K, V] (the exact states). Returns [B, HV, N].
+Tensor<double> state_error_from_snapshots(const Inputs<double>& inputs, int64_t chunk,
+                                          const Tensor<uint8_t>& event_mask, const Tensor<float>& snapshots,
+                                          const Tensor<int32_t>& snapshot_index,
+                                          const Tensor<float>& reference_states);
+
 // Mean over the batch and value heads of the per-chunk state error: [N].
 std::vector<double> state_error_by_chunk(const Tensor<double>& state_error);
 

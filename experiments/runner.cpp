@@ -119,7 +119,8 @@ void execute_run(const RunSpec& run, PreparedWorkload& pw, const std::string& pa
   const int64_t chunk = config.chunk;
   // Without the reference (run.reference = false) only task metrics are measured: long needle sweeps.
   const bool reference = run.get_bool("run.reference");
-  const bool measure_states = reference && run.get_bool("run.state_error") && run.get("run.backend") == "cpu";
+  const bool measure_states = reference && run.get_bool("run.state_error");
+  const bool on_cpu = run.get("run.backend") == "cpu";
   const bool exact_against_normalized = reference && run.get_bool("run.normalize_qk");
   Tensor<double> exact_o_normalized;
   if (measure_states) {
@@ -128,7 +129,9 @@ void execute_run(const RunSpec& run, PreparedWorkload& pw, const std::string& pa
       if (exact_against_normalized) exact_o_normalized = std::move(ref.o);
       pw.exact_states[chunk] = std::move(ref.chunk_states);
     }
-    config.reference_states = &pw.exact_states[chunk];
+    // The CPU engine measures the states as it goes; other backends' snapshots are compared afterwards.
+    if (on_cpu) config.reference_states = &pw.exact_states[chunk];
+    if (!on_cpu) config.keep_snapshots = true;
   } else if (exact_against_normalized) {
     exact_o_normalized = run_exact(inputs, chunk, false).o;
   }
@@ -150,6 +153,10 @@ void execute_run(const RunSpec& run, PreparedWorkload& pw, const std::string& pa
         "run.backend = cuda: this sgdn was built without the CUDA backend (configure with "
         "-DSGDN_WITH_CUDA=ON)");
 #endif
+  }
+  if (measure_states && !on_cpu) {
+    res.state_error = state_error_from_snapshots(inputs, chunk, res.event_mask, res.snapshots,
+                                                 res.snapshot_index, pw.exact_states[chunk]);
   }
   if (exact_against_normalized) pw.exact_states.erase(chunk);
 
