@@ -10,6 +10,8 @@ Writes into DIR, skipping (with a note) any plot the files hold no data for:
   state_error.png      mean relative state error after each chunk, one line per selector/rho
   pareto.png           needle accuracy against run time relative to dense, every selector configuration,
                        with the Pareto front (most accuracy for the least time)
+  solver_cost.png      output error against work for the intra-chunk solvers (every event kept): the cost
+                       model's flops relative to the exact dense run, one point per solver and band
 
 Only h5py, numpy and matplotlib (Debian's python3-* packages) are used.
 """
@@ -506,6 +508,41 @@ def plot_pareto(runs, out_dir, sel_label):
     save(fig, out_dir, "pareto.png")
 
 
+# ----------------------------------------------------------------------------------------------- plot 6
+
+def plot_solver_cost(runs, out_dir, sel_label):
+    """Error against work for the solvers (SPEC §4): dense-selector runs only, so the solver is all that differs."""
+    runs = [r for r in runs if is_dense(r) and "output_error" in r["m"] and "flops_ratio" in r["m"]]
+    solvers = {solver_label(r) for r in runs}
+    if len(solvers) < 2:
+        print("plot.py: fewer than two solvers among the dense runs: skipping solver_cost.png")
+        return
+    points = defaultdict(lambda: [[], []])
+    for r in runs:
+        key = (solver_label(r), str(r["a"].get("workload.kind", "?")))
+        points[key][0].append(r["m"]["flops_ratio"])
+        points[key][1].append(r["m"]["output_error"])
+    kinds = sorted({k[1] for k in points})
+    fig, axes = plt.subplots(1, len(kinds), figsize=(5.5 * len(kinds), 4.2), squeeze=False)
+    colours = colour_map(solvers)
+    for ax, kind in zip(axes[0], kinds):
+        for (solver, k), (flops, errors) in sorted(points.items()):
+            if k != kind:
+                continue
+            x, y = float(np.mean(flops)), max(float(np.mean(errors)), 1e-16)
+            ax.scatter(x, y, color=colours[solver], s=40, zorder=3)
+            ax.annotate(solver, (x, y), fontsize=7, xytext=(4, 3), textcoords="offset points")
+        ax.set_yscale("log")
+        ax.margins(x=0.2)  # room for the labels of the outermost points
+        label_log_axis(ax)
+        ax.set_xlabel("flops / exact dense flops (cost model)")
+        ax.set_ylabel("output error (relative)")
+        ax.set_title(f"workload: {kind}", fontsize=9)
+        ax.grid(alpha=0.3)
+    fig.suptitle("Intra-chunk solvers: error against work (every event kept)", fontsize=10)
+    save(fig, out_dir, "solver_cost.png")
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("files", nargs="+", help="experiment files written by `sgdn run`")
@@ -523,6 +560,7 @@ def main(argv=None):
     plot_budgets(runs, args.out, sel_label)
     plot_state_error(runs, args.out, sel_label)
     plot_pareto(runs, args.out, sel_label)
+    plot_solver_cost(runs, args.out, sel_label)
     return 0
 
 
