@@ -145,6 +145,17 @@ def label_log_axis(ax):
         ax.tick_params(axis="y", which="minor", labelsize=7)
 
 
+def finish_log_panel(ax, note, off_axis, lo, hi):
+    """Log y axis with the shared limits, and a note naming the lines that fall outside them."""
+    if off_axis:
+        ax.text(0.01, 0.02, f"{note}: " + ", ".join(off_axis), transform=ax.transAxes, fontsize=7,
+                va="bottom", bbox=dict(facecolor="white", alpha=0.8, lw=0))
+    ax.set_yscale("log")
+    if lo is not None:
+        ax.set_ylim(lo, hi)
+    label_log_axis(ax)
+
+
 def log_range(sparse, dense):
     """y limits for a log axis: the sparse values, widened to take in dense references unless they lie more
     than a decade and a half below (dense with the exact solver is ~1e-7 and would flatten every line)."""
@@ -224,13 +235,7 @@ def plot_error_vs_rho(runs, out_dir, sel_label):
                     for x, y, tau in pts:
                         ax.annotate(f"tau={tau:g}", (x, y), xytext=(3, 3), textcoords="offset points", fontsize=7,
                                     color=colours[lab])
-            if off_axis:
-                ax.text(0.01, 0.02, "off axis: " + ", ".join(off_axis), transform=ax.transAxes, fontsize=7,
-                        va="bottom", bbox=dict(facecolor="white", alpha=0.8, lw=0))
-            ax.set_yscale("log")
-            if lo is not None:
-                ax.set_ylim(lo, hi)
-            label_log_axis(ax)
+            finish_log_panel(ax, "off axis", off_axis, lo, hi)
             if 0 < len(rhos) <= 8 and not any_threshold:
                 ax.set_xticks(rhos)
             ax.set_title(f"{solver}, G={group}", fontsize=10)
@@ -432,13 +437,7 @@ def plot_state_error(runs, out_dir, sel_label):
                     continue
                 ax.plot(np.arange(len(y)), np.where(y > 0, y, np.nan), color=colours[sel],
                         ls=budget_style.get(budget, "-"), lw=1.2, label=label)
-            if off_axis:
-                ax.text(0.01, 0.02, "below axis: " + ", ".join(off_axis), transform=ax.transAxes, fontsize=7,
-                        va="bottom", bbox=dict(facecolor="white", alpha=0.8, lw=0))
-            ax.set_yscale("log")
-            if lo is not None:
-                ax.set_ylim(lo, hi)
-            label_log_axis(ax)
+            finish_log_panel(ax, "below axis", off_axis, lo, hi)
             kind, tokens = rk
             g_text = ",".join(str(g) for g in groups)
             ax.set_title(f"{kind}{f' T={tokens}' if several_lengths else ''} | {solver}, G={g_text}", fontsize=9)
