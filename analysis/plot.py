@@ -291,14 +291,21 @@ def plot_needle_heatmap(runs, out_dir, sel_label):
     lengths = sorted({k[3] for k in cells})
     panel_w = max(1.3, 0.6 * len(lengths) + 0.4)
     panel_h = max(0.9, 0.38 * len(depths) + 0.5)
-    fig, axes = plt.subplots(len(rows), len(configs), squeeze=False, sharex=True, sharey=True,
-                             figsize=(1.6 + panel_w * len(configs), 1.2 + panel_h * len(rows)))
+    # many configurations wrap onto further bands of panels (each band: every row, up to 9 configurations)
+    bands = -(-len(configs) // 9)
+    per_band = -(-len(configs) // bands)
+    fig, axes = plt.subplots(len(rows) * bands, per_band, squeeze=False, sharex=True, sharey=True,
+                             figsize=(1.6 + panel_w * per_band, 1.2 + (panel_h + 0.35) * len(rows) * bands))
     cmap = plt.get_cmap("viridis").copy()
     cmap.set_bad("lightgrey")
     image = None
+    for j in range(len(configs), bands * per_band):  # the last band's empty places
+        for i in range(len(rows)):
+            axes[(bands - 1) * len(rows) + i][j % per_band].set_visible(False)
     for i, row in enumerate(rows):
         for j, cfg in enumerate(configs):
-            ax = axes[i][j]
+            band, col = divmod(j, per_band)
+            ax = axes[band * len(rows) + i][col]
             values = np.full((len(depths), len(lengths)), np.nan)
             for (c, rw, d, t), accs in cells.items():
                 if c == cfg and rw == row:
@@ -309,12 +316,13 @@ def plot_needle_heatmap(runs, out_dir, sel_label):
                     ax.text(x, y, f"{v:.2f}", ha="center", va="center", fontsize=8,
                             color="black" if v > 0.5 else "white")
             ax.set_xticks(range(len(lengths)))
-            ax.set_xticklabels([str(t) for t in lengths], fontsize=7)
+            ax.set_xticklabels([str(t) for t in lengths], fontsize=7, rotation=45 if len(lengths) > 4 else 0)
+            ax.xaxis.set_tick_params(labelbottom=True)
             ax.set_yticks(range(len(depths)))
             ax.set_yticklabels([f"{d:g}%" for d in depths], fontsize=7)
             if i == 0:
                 ax.set_title(f"{cfg[1]}\n{cfg[2]}".rstrip(), fontsize=8)
-            if j == 0:
+            if col == 0:
                 ax.set_ylabel(f"{row[0]}\nG={row[1]}{chr(10) + 'task ' + row[2] if row[2] else ''}\n\ndepth", fontsize=8, rotation=0, ha="right", va="center")
             if i == len(rows) - 1:
                 ax.set_xlabel("tokens", fontsize=8)

@@ -96,6 +96,8 @@ const std::map<std::string, KeySpec>& config_keys() {
     k["run.precision"] = {"float32",
                           "float64 | float32 on cpu; bfloat16 | float32 inputs on cuda",
                           {"float64", "float32", "bfloat16"}};
+    k["run.timing_repeats"] = {
+        "1", "cuda: the forward runs this many times; metrics/seconds is the median GPU time", {}};
     k["run.chunk"] = {"64", "chunk size C", {}};
     k["run.group"] = {"1", "output window G in chunks (SPEC §6)", {}};
     k["run.normalize_qk"] = {"false", "L2-normalise q and k before the run", {}};
@@ -255,6 +257,7 @@ RunSpec resolve_run(const Settings& settings) {
   } else {
     require(precision == "bfloat16" || precision == "float32", "run.precision = '", precision,
             "' is not available on the cuda backend; allowed: bfloat16, float32");
+    take_int("run.timing_repeats", 1);  // a cuda key only: cpu run ids stay as they were
   }
   take_int("run.chunk", 1);
   take_int("run.group", 1);

@@ -34,6 +34,9 @@ struct PreparedWorkload {
   Workload workload;
   Tensor<double> exact_o;
   std::map<int64_t, Tensor<float>> exact_states;  // by chunk size, computed on demand
+#ifdef SGDN_WITH_CUDA
+  std::unique_ptr<CudaInputs> device_inputs;  // uploaded by the first cuda run, kept for the next ones
+#endif
 };
 
 std::string part_of_run(const fs::path& parts, const std::string& rid) {
@@ -58,7 +61,12 @@ PreparedWorkload& prepare_workload(const RunSpec& run, const std::string& out, c
   cache.reset();
   auto w = std::make_unique<PreparedWorkload>();
   w->wid = run.workload_id;
+  const auto generation_start = std::chrono::steady_clock::now();
   w->workload = make_workload(run.section("workload"));
+  progress << "  workload " << w->wid << " (" << w->workload.inputs.shape.str() << "): made in " << std::fixed
+           << std::setprecision(1)
+           << std::chrono::duration<double>(std::chrono::steady_clock::now() - generation_start).count()
+           << " s\n";
   const std::string part = part_of_workload(parts, w->wid);
   const bool reference = run.get_bool("run.reference");
   if (fs::exists(part)) {  // written by an earlier, interrupted call
@@ -105,6 +113,24 @@ EngineResult<float> to_float(EngineResult<S>&& r) {
   }
 }
 
+// The needle scores when o holds only the query rows (row q = query q): the same questions asked of a batch
+// of one sequence whose token q is query q.
+std::vector<NeedleScore> scores_on_query_rows(const NeedleTruth& truth, const Tensor<float>& rows,
+                                              const Shape& shape) {
+  NeedleTruth on_rows = truth;
+  for (int64_t q = 0; q < truth.num_queries(); ++q) {
+    on_rows.query_sequence[size_t(q)] = 0;
+    on_rows.query_token[size_t(q)] = int32_t(q);
+  }
+  Shape rows_shape = shape;
+  rows_shape.batch = 1;
+  rows_shape.tokens = truth.num_queries();
+  require(rows.dims() == std::vector<int64_t>{1, rows_shape.tokens, shape.v_heads, shape.value_dim},
+          "needle scores: the backend returned o of shape ", dims_str(rows.dims()), " for ",
+          rows_shape.tokens, " query rows");
+  return needle_scores(on_rows, rows.data(), rows_shape);
+}
+
 // Runs one configuration and writes its part file.
 void execute_run(const RunSpec& run, PreparedWorkload& pw, const std::string& part_path) {
   // A normalised copy only where asked for: long workloads are large.
@@ -138,6 +164,7 @@ void execute_run(const RunSpec& run, PreparedWorkload& pw, const std::string& pa
   const Tensor<double>& exact_o = exact_against_normalized ? exact_o_normalized : pw.exact_o;
 
   EngineResult<float> res;
+  bool o_is_query_rows = false;  // o is [1, Q, HV, V]: query q's row only
   const std::string backend = run.get("run.backend"), precision = run.get("run.precision");
   if (backend == "cpu") {
     res = precision == "float64" ? to_float(run_cpu(inputs, config)) : run_cpu(inputs.cast<float>(), config);
@@ -147,7 +174,24 @@ void execute_run(const RunSpec& run, PreparedWorkload& pw, const std::string& pa
     options.input_precision = parse_cuda_precision(precision);
     // bf16 inputs take the tensor-core kernels where they apply (K = V = 128, C = 64); parity bound 1e-2.
     options.tensor_cores = options.input_precision == CudaPrecision::bfloat16;
-    res = run_cuda(inputs.cast<float>(), config, options);
+    options.timing_repeats = int(run.get_int("run.timing_repeats"));
+    // Only the rows the metrics read come back when o is neither compared nor dumped (needle sweeps).
+    if (!reference && !run.get_bool("dump.outputs") && pw.workload.needle) {
+      const NeedleTruth& truth = *pw.workload.needle;
+      for (int64_t q = 0; q < truth.num_queries(); ++q)
+        options.output_tokens.push_back(int64_t(truth.query_sequence[size_t(q)]) * inputs.shape.tokens +
+                                        truth.query_token[size_t(q)]);
+    }
+    if (normalized) {
+      res = run_cuda(inputs.cast<float>(), config, options);
+    } else {
+      if (!pw.device_inputs || pw.device_inputs->precision() != options.input_precision) {
+        pw.device_inputs.reset();
+        pw.device_inputs = std::make_unique<CudaInputs>(inputs, options.input_precision, options.device);
+      }
+      res = run_cuda(*pw.device_inputs, config, options);
+    }
+    o_is_query_rows = !options.output_tokens.empty();
 #else
     fail(
         "run.backend = cuda: this sgdn was built without the CUDA backend (configure with "
@@ -218,7 +262,9 @@ void execute_run(const RunSpec& run, PreparedWorkload& pw, const std::string& pa
     }
     if (pw.workload.needle) {
       const NeedleTruth& truth = *pw.workload.needle;
-      const std::vector<NeedleScore> scores = needle_scores(truth, res.o.data(), shape);
+      // o holds either the whole batch or only the query rows, in query order (see output_tokens).
+      const std::vector<NeedleScore> scores = o_is_query_rows ? scores_on_query_rows(truth, res.o, shape)
+                                                              : needle_scores(truth, res.o.data(), shape);
       std::vector<int32_t> correct;
       Tensor<double> cosine({int64_t(scores.size())});
       for (size_t i = 0; i < scores.size(); ++i) {

@@ -5,8 +5,9 @@
 
 #include <cuda_runtime_api.h>
 
-#include <chrono>
+#include <algorithm>
 #include <cstring>
+#include <type_traits>
 #include <vector>
 
 #include "core/error.h"
@@ -51,18 +52,29 @@ uint16_t to_bf16_bits(float x) {
   return uint16_t(bits >> 16);
 }
 
-// Uploads a float tensor in the requested precision.
-std::unique_ptr<DeviceBuffer> upload(const Tensor<float>& host, CudaPrecision precision) {
-  const size_t n = size_t(host.size());
+// Uploads a tensor in the requested precision (float64 is rounded to float32 first, as Inputs::cast does);
+// the conversion runs on every core: at 128K tokens q, k and v are gigabytes.
+template <class S>
+std::unique_ptr<DeviceBuffer> upload(const Tensor<S>& host, CudaPrecision precision) {
+  const int64_t n = host.size();
+  const S* src = host.data();
   if (precision == CudaPrecision::float32) {
-    auto buffer = std::make_unique<DeviceBuffer>(n * 4);
-    check_cuda(cudaMemcpy(buffer->get(), host.data(), n * 4, cudaMemcpyHostToDevice), "upload");
+    auto buffer = std::make_unique<DeviceBuffer>(size_t(n) * 4);
+    if constexpr (std::is_same_v<S, float>) {
+      check_cuda(cudaMemcpy(buffer->get(), src, size_t(n) * 4, cudaMemcpyHostToDevice), "upload");
+    } else {
+      std::vector<float> values(static_cast<size_t>(n));
+#pragma omp parallel for schedule(static)
+      for (int64_t i = 0; i < n; ++i) values[size_t(i)] = float(src[i]);
+      check_cuda(cudaMemcpy(buffer->get(), values.data(), size_t(n) * 4, cudaMemcpyHostToDevice), "upload");
+    }
     return buffer;
   }
-  std::vector<uint16_t> bits(n);
-  for (size_t i = 0; i < n; ++i) bits[i] = to_bf16_bits(host[int64_t(i)]);
-  auto buffer = std::make_unique<DeviceBuffer>(n * 2);
-  check_cuda(cudaMemcpy(buffer->get(), bits.data(), n * 2, cudaMemcpyHostToDevice), "upload");
+  std::vector<uint16_t> bits(static_cast<size_t>(n));
+#pragma omp parallel for schedule(static)
+  for (int64_t i = 0; i < n; ++i) bits[size_t(i)] = to_bf16_bits(float(src[i]));
+  auto buffer = std::make_unique<DeviceBuffer>(size_t(n) * 2);
+  check_cuda(cudaMemcpy(buffer->get(), bits.data(), size_t(n) * 2, cudaMemcpyHostToDevice), "upload");
   return buffer;
 }
 
@@ -73,9 +85,8 @@ float bf16_bits_to_float(uint16_t b) {
   return out;
 }
 
-cuda::Problem make_problem(const Inputs<float>& inputs, const EngineConfig& config,
+cuda::Problem make_problem(const Shape& shape, double scale, const EngineConfig& config,
                            const CudaRunOptions& options) {
-  const Shape& shape = inputs.shape;
   cuda::Problem p;
   p.num_seqs = shape.batch;
   p.total_tokens = shape.batch * shape.tokens;
@@ -136,7 +147,7 @@ cuda::Problem make_problem(const Inputs<float>& inputs, const EngineConfig& conf
   if (p.selector != cuda::SelectorKind::dense && p.selector != cuda::SelectorKind::threshold)
     p.rho = sp.get_double("rho", 0.29);
   p.pair_granularity = config.granularity == Granularity::pair;
-  p.scale = float(inputs.effective_scale());
+  p.scale = float(scale);
   p.input_dtype =
       options.input_precision == CudaPrecision::bfloat16 ? cuda::DType::bfloat16 : cuda::DType::float32;
   p.output_dtype =
@@ -172,30 +183,76 @@ bool cuda_device_available() {
   return count > 0;
 }
 
+struct CudaInputs::Impl {
+  Shape shape;
+  double scale = 0;
+  CudaPrecision precision = CudaPrecision::float32;
+  int device = 0;
+  std::unique_ptr<DeviceBuffer> q, k, v, beta, g, s0, cu_seqlens;
+};
+
+template <class S>
+CudaInputs::CudaInputs(const Inputs<S>& inputs, CudaPrecision precision, int device)
+    : impl_(std::make_unique<Impl>()) {
+  validate(inputs);
+  check_cuda(cudaSetDevice(device), "cudaSetDevice");
+  Impl& m = *impl_;
+  m.shape = inputs.shape;
+  m.scale = inputs.effective_scale();
+  m.precision = precision;
+  m.device = device;
+  m.q = upload(inputs.q, precision);
+  m.k = upload(inputs.k, precision);
+  m.v = upload(inputs.v, precision);
+  m.beta = upload(inputs.beta, precision);
+  m.g = upload(inputs.g, CudaPrecision::float32);
+  if (inputs.has_initial_state()) m.s0 = upload(inputs.initial_state, CudaPrecision::float32);
+  const int64_t B = m.shape.batch, T = m.shape.tokens;
+  std::vector<int32_t> cu(size_t(B + 1));
+  for (int64_t b = 0; b <= B; ++b) cu[size_t(b)] = int32_t(b * T);
+  m.cu_seqlens = std::make_unique<DeviceBuffer>(cu.size() * 4);
+  check_cuda(cudaMemcpy(m.cu_seqlens->get(), cu.data(), cu.size() * 4, cudaMemcpyHostToDevice),
+             "upload cu_seqlens");
+}
+template CudaInputs::CudaInputs(const Inputs<float>&, CudaPrecision, int);
+template CudaInputs::CudaInputs(const Inputs<double>&, CudaPrecision, int);
+CudaInputs::~CudaInputs() = default;
+const Shape& CudaInputs::shape() const {
+  return impl_->shape;
+}
+CudaPrecision CudaInputs::precision() const {
+  return impl_->precision;
+}
+
 EngineResult<float> run_cuda(const Inputs<float>& inputs, const EngineConfig& config,
                              const CudaRunOptions& options) {
-  validate(inputs);
   config.validate(inputs.shape);
-  const cuda::Problem p = make_problem(inputs, config, options);
-  const auto start = std::chrono::steady_clock::now();
+  make_problem(inputs.shape, inputs.effective_scale(), config,
+               options);  // configuration errors before upload
+  const CudaInputs uploaded(inputs, options.input_precision, options.device);
+  return run_cuda(uploaded, config, options);
+}
+
+EngineResult<float> run_cuda(const CudaInputs& inputs, const EngineConfig& config,
+                             const CudaRunOptions& options) {
+  const CudaInputs::Impl& in = inputs.impl();
+  require(in.precision == options.input_precision,
+          "CUDA backend: the inputs were uploaded in another precision than options.input_precision");
+  require(in.device == options.device, "CUDA backend: the inputs were uploaded to device ", in.device,
+          ", not to device ", options.device);
+  require(options.timing_repeats >= 1, "CUDA backend: timing_repeats must be >= 1, got ",
+          options.timing_repeats);
+  const Shape& shape = in.shape;
+  config.validate(shape);
+  const cuda::Problem p = make_problem(shape, in.scale, config, options);
   check_cuda(cudaSetDevice(options.device), "cudaSetDevice");
 
-  const Shape& shape = inputs.shape;
   const int64_t B = shape.batch, T = shape.tokens, HV = shape.v_heads, K = shape.key_dim, V = shape.value_dim;
   const int64_t N = num_chunks(T, config.chunk);
   const int64_t units = p.units();
-
-  auto q = upload(inputs.q, options.input_precision);
-  auto k = upload(inputs.k, options.input_precision);
-  auto v = upload(inputs.v, options.input_precision);
-  auto beta = upload(inputs.beta, options.input_precision);
-  auto g = upload(inputs.g, CudaPrecision::float32);
-  std::unique_ptr<DeviceBuffer> s0;
-  if (inputs.has_initial_state()) s0 = upload(inputs.initial_state, CudaPrecision::float32);
-  std::vector<int32_t> cu(size_t(B + 1));
-  for (int64_t b = 0; b <= B; ++b) cu[size_t(b)] = int32_t(b * T);
-  DeviceBuffer cu_dev(cu.size() * 4);
-  check_cuda(cudaMemcpy(cu_dev.get(), cu.data(), cu.size() * 4, cudaMemcpyHostToDevice), "upload cu_seqlens");
+  for (int64_t token : options.output_tokens)
+    require(token >= 0 && token < B * T, "CUDA backend: output token ", token, " is outside the ", B * T,
+            " tokens of the batch");
 
   const size_t out_elem = p.output_dtype == cuda::DType::bfloat16 ? 2 : 4;
   DeviceBuffer o(size_t(B * T * HV * V) * out_elem);
@@ -206,13 +263,13 @@ EngineResult<float> run_cuda(const Inputs<float>& inputs, const EngineConfig& co
   DeviceBuffer workspace(cuda::workspace_bytes(p));
 
   cuda::DeviceTensors t;
-  t.q = q->get();
-  t.k = k->get();
-  t.v = v->get();
-  t.g = g->as<float>();
-  t.beta = beta->get();
-  t.cu_seqlens = cu_dev.as<int32_t>();
-  t.initial_state = s0 ? s0->as<float>() : nullptr;
+  t.q = in.q->get();
+  t.k = in.k->get();
+  t.v = in.v->get();
+  t.g = in.g->as<float>();
+  t.beta = in.beta->get();
+  t.cu_seqlens = in.cu_seqlens->as<int32_t>();
+  t.initial_state = in.s0 ? in.s0->as<float>() : nullptr;
   t.o = o.get();
   t.final_state = final_state.as<float>();
   t.event_mask = mask.as<uint8_t>();
@@ -223,19 +280,54 @@ EngineResult<float> run_cuda(const Inputs<float>& inputs, const EngineConfig& co
   check_cuda(cudaMemset(o.get(), 0xFF, o.bytes()), "poison o");
   check_cuda(cudaMemset(final_state.get(), 0xFF, final_state.bytes()), "poison final state");
   check_cuda(cudaMemset(mask.get(), 0xFF, mask.bytes()), "poison mask");
-  const std::string error = cuda::forward(p, t, workspace.get(), workspace.bytes(), nullptr);
-  if (!error.empty()) fail("CUDA backend: ", error);
+  cudaEvent_t before = nullptr, after = nullptr;
+  check_cuda(cudaEventCreate(&before), "cudaEventCreate");
+  check_cuda(cudaEventCreate(&after), "cudaEventCreate");
+  std::vector<double> times;
+  for (int repeat = 0; repeat < options.timing_repeats; ++repeat) {
+    check_cuda(cudaEventRecord(before, nullptr), "cudaEventRecord");
+    const std::string error = cuda::forward(p, t, workspace.get(), workspace.bytes(), nullptr);
+    if (!error.empty()) {
+      cudaEventDestroy(before);
+      cudaEventDestroy(after);
+      fail("CUDA backend: ", error);
+    }
+    check_cuda(cudaEventRecord(after, nullptr), "cudaEventRecord");
+    check_cuda(cudaEventSynchronize(after), "the CUDA engine");
+    float ms = 0;
+    check_cuda(cudaEventElapsedTime(&ms, before, after), "cudaEventElapsedTime");
+    times.push_back(ms * 1e-3);
+  }
+  cudaEventDestroy(before);
+  cudaEventDestroy(after);
   check_cuda(cudaDeviceSynchronize(), "the CUDA engine");
 
   EngineResult<float> res;
-  res.o = Tensor<float>({B, T, HV, V});
-  if (p.output_dtype == cuda::DType::bfloat16) {
-    std::vector<uint16_t> bits(size_t(res.o.size()));
-    check_cuda(cudaMemcpy(bits.data(), o.get(), bits.size() * 2, cudaMemcpyDeviceToHost), "download o");
-    for (size_t i = 0; i < bits.size(); ++i) res.o[int64_t(i)] = bf16_bits_to_float(bits[i]);
+  std::sort(times.begin(), times.end());
+  res.seconds = times[times.size() / 2];
+  // o: whole, or the requested rows (one copy of HV V elements per row).
+  const int64_t row_elems = HV * V;
+  const bool rows_only = !options.output_tokens.empty();
+  const int64_t rows = rows_only ? int64_t(options.output_tokens.size()) : B * T;
+  res.o = rows_only ? Tensor<float>({1, rows, HV, V}) : Tensor<float>({B, T, HV, V});
+  std::vector<uint16_t> o_bits(p.output_dtype == cuda::DType::bfloat16 ? size_t(rows * row_elems) : 0);
+  void* host_o = o_bits.empty() ? static_cast<void*>(res.o.data()) : static_cast<void*>(o_bits.data());
+  if (rows_only) {
+    for (int64_t r = 0; r < rows; ++r)
+      check_cuda(cudaMemcpy(static_cast<char*>(host_o) + size_t(r * row_elems) * out_elem,
+                            static_cast<const char*>(o.get()) +
+                                size_t(options.output_tokens[size_t(r)] * row_elems) * out_elem,
+                            size_t(row_elems) * out_elem, cudaMemcpyDeviceToHost),
+                 "download o");
   } else {
-    check_cuda(cudaMemcpy(res.o.data(), o.get(), size_t(res.o.size()) * 4, cudaMemcpyDeviceToHost),
+    check_cuda(cudaMemcpy(host_o, o.get(), size_t(rows * row_elems) * out_elem, cudaMemcpyDeviceToHost),
                "download o");
+  }
+  if (!o_bits.empty()) {
+    float* dst = res.o.data();
+    const int64_t n = int64_t(o_bits.size());
+#pragma omp parallel for schedule(static)
+    for (int64_t i = 0; i < n; ++i) dst[i] = bf16_bits_to_float(o_bits[size_t(i)]);
   }
   res.final_state = Tensor<float>({B, HV, K, V});
   check_cuda(
@@ -250,7 +342,6 @@ EngineResult<float> run_cuda(const Inputs<float>& inputs, const EngineConfig& co
   res.budget = Tensor<int32_t>({B, units});
   check_cuda(cudaMemcpy(res.budget.data(), budget.get(), budget.bytes(), cudaMemcpyDeviceToHost),
              "download budget");
-
   if (config.keep_snapshots) {
     const cuda::SnapshotView view = cuda::snapshot_view(p, workspace.get());
     std::vector<int32_t> counts(size_t(B * HV)), chunks(size_t(view.max_slots));
@@ -287,7 +378,6 @@ EngineResult<float> run_cuda(const Inputs<float>& inputs, const EngineConfig& co
         }
       }
   }
-  res.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   return res;
 }
 

@@ -662,3 +662,56 @@ TEST_CASE("CUDA small sparse case for the sanitizers", "[gpu][small]") {
   tc.out_bf16 = true;
   check_varlen(tc);
 }
+
+// Inputs uploaded once serve several runs (a selector sweep on one workload) with the results of a run that
+// uploads its own; output_tokens brings back exactly those rows of o; timing repeats report a GPU time.
+TEST_CASE("CUDA inputs uploaded once, query rows, timing repeats", "[gpu][reuse]") {
+  Shape shape;
+  shape.batch = 2;
+  shape.tokens = 150;
+  shape.qk_heads = 2;
+  shape.v_heads = 4;
+  shape.key_dim = 128;
+  shape.value_dim = 128;
+  const Inputs<float> in = random_inputs(shape, true, 77);
+  for (const CudaPrecision precision : {CudaPrecision::float32, CudaPrecision::bfloat16}) {
+    CudaRunOptions options;
+    options.input_precision = precision;
+    options.tensor_cores = precision == CudaPrecision::bfloat16;
+    const CudaInputs uploaded(in, precision);
+    REQUIRE(uploaded.shape().tokens == 150);
+    for (const std::string sel : {"dense", "head_budget", "topk"}) {
+      INFO("selector " << sel << ", bf16 " << (precision == CudaPrecision::bfloat16));
+      Strategies s = make_strategies("block_adjacent", {{"block", "16"}, {"band", "1"}}, "update_norm", sel,
+                                     {{"rho", "0.4"}}, 64, 1, Granularity::pair);
+      const EngineResult<float> once = run_cuda(in, s.config, options);
+      const EngineResult<float> reused = run_cuda(uploaded, s.config, options);
+      CHECK(reused.o.values() == once.o.values());
+      CHECK(reused.event_mask.values() == once.event_mask.values());
+      CHECK(reused.final_state.values() == once.final_state.values());
+
+      CudaRunOptions rows = options;
+      rows.output_tokens = {299, 0, 149, 150};  // last token of sequence 1, first of 0, last of 0, first of 1
+      rows.timing_repeats = 3;
+      const EngineResult<float> part = run_cuda(uploaded, s.config, rows);
+      REQUIRE(part.o.dims() == std::vector<int64_t>{1, 4, 4, 128});
+      const int64_t row = shape.v_heads * shape.value_dim;
+      for (size_t r = 0; r < rows.output_tokens.size(); ++r)
+        for (int64_t i = 0; i < row; ++i)
+          REQUIRE(part.o[int64_t(r) * row + i] == once.o[rows.output_tokens[r] * row + i]);
+      CHECK(part.seconds > 0);
+      CHECK(part.seconds < 1.0);
+    }
+  }
+  Strategies s = make_strategies("exact", {}, "update_norm", "dense", {}, 64, 1, Granularity::pair);
+  const CudaInputs fp32(in, CudaPrecision::float32);
+  CudaRunOptions bf16;
+  bf16.input_precision = CudaPrecision::bfloat16;
+  CHECK_THROWS_WITH(run_cuda(fp32, s.config, bf16), Catch::Contains("precision"));
+  CudaRunOptions outside;
+  outside.output_tokens = {300};
+  CHECK_THROWS_WITH(run_cuda(fp32, s.config, outside), Catch::Contains("output token 300"));
+  Inputs<float> bad = in;
+  bad.g[5] = 0.5f;
+  CHECK_THROWS_WITH(CudaInputs(bad, CudaPrecision::float32), Catch::Contains("g"));
+}

@@ -1,0 +1,48 @@
+#!/usr/bin/env python3
+"""A small copy of an experiment file for sharing: every run's attributes and metrics, the workloads'
+attributes and needle truth, the file's schema attributes; no events, states, inputs or outputs.
+sgdn analyze and analysis/plot.py read it like the full file.
+
+    python3 analysis/metrics_only.py needle_gpu.h5 needle_gpu_metrics.h5
+"""
+import argparse
+import os
+import sys
+
+import h5py
+
+
+def copy_attrs(src, dst):
+    for key, value in src.attrs.items():
+        dst.attrs[key] = value
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("source")
+    parser.add_argument("target")
+    args = parser.parse_args()
+    try:
+        src = h5py.File(args.source, "r")
+    except OSError as e:
+        sys.exit(f"metrics_only.py: cannot read '{args.source}' as HDF5: {e}")
+    tmp = args.target + ".tmp"
+    with src, h5py.File(tmp, "w") as dst:
+        copy_attrs(src, dst)
+        for wid, w in src.get("workloads", {}).items():
+            group = dst.create_group(f"workloads/{wid}")
+            copy_attrs(w, group)
+            for name in ("needle",):
+                if name in w:
+                    src.copy(w[name], group, name=name)
+        for rid, r in src.get("runs", {}).items():
+            group = dst.create_group(f"runs/{rid}")
+            copy_attrs(r, group)
+            group.attrs["written"] = "metrics"
+            if "metrics" in r:
+                src.copy(r["metrics"], group, name="metrics")
+    os.replace(tmp, args.target)  # nothing half-written under the target's name
+
+
+if __name__ == "__main__":
+    main()
