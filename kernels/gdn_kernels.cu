@@ -878,17 +878,21 @@ __device__ __forceinline__ void copy_rows(bf16* dst, const bf16* src, int64_t gs
 // and later V (bf16, then U for the statistic) share another.
 constexpr int kLdL = kC + 8;   // fp32 row stride of L (= 2 x kLdC bf16: Au and Aw fit in its bytes)
 constexpr int kLdTm = kC + 4;  // fp32 row stride of T (= kLd bf16: a 64 x 128 bf16 tile fits in its bytes)
+constexpr int kLdX = 16;       // fp32 row stride of the block solve's X (16-byte aligned rows for float4)
 struct PrepSmem {
   bf16 k[kC * kLd];
-  float lm[kC * kLdL];    // L, then Au = bf16(T diag β) and Aw = bf16(T diag(β e^γ))
-  float tm[kC * kLdTm];   // T, then V (bf16), then U (bf16)
-  float xs[3 * 16 * 17];  // block solve scratch
+  float lm[kC * kLdL];      // L, then Au = bf16(T diag β) and Aw = bf16(T diag(β e^γ))
+  float tm[kC * kLdTm];     // T, then V (bf16), then U (bf16)
+  float xs[3 * 16 * kLdX];  // block solve scratch
   float gam[kC];
+  float eg[kC];  // e^γ
   float bet[kC];
   float red[4];
 };
 static_assert(sizeof(float) * kC * kLdL == 2 * sizeof(bf16) * kC * kLdC, "Au | Aw overlay L");
 static_assert(sizeof(float) * kC * kLdTm == sizeof(bf16) * kC * kLd, "V overlays T");
+// Four blocks per multiprocessor: 228 KB of shared memory, 1 KB of it reserved per block.
+static_assert(4 * (sizeof(PrepSmem) + 1024) <= 228 * 1024, "prepare: four blocks per multiprocessor");
 
 __global__ void __launch_bounds__(128) prepare_tc_kernel(PrepareArgs a, bf16* u_out_all, bf16* w_out_all) {
   const int64_t id = blockIdx.x;
@@ -931,9 +935,10 @@ __global__ void __launch_bounds__(128) prepare_tc_kernel(PrepareArgs a, bf16* u_
   cp_async_wait_all();
   __syncthreads();
 
-  // L = strictly_lower(diag(β) K Kᵀ ⊙ D) with the band: warp w computes rows 16w.., all 64 columns.
+  // L = strictly_lower(diag(β) K Kᵀ ⊙ D) with the band: warp w computes rows 16w.., all 64 columns. The raw
+  // K Kᵀ stays in registers for the statistic (‖Mᵀ‖² = Σ_ij f_i f_j (K Kᵀ)_ij (U Uᵀ)_ij, f = e^{Γ−γ}).
+  float kk[8][4] = {};
   {
-    float acc[8][4] = {};
     const int m0 = warp * 16;
     for (int k0 = 0; k0 < kD; k0 += 16) {
       uint32_t af[4];
@@ -941,58 +946,85 @@ __global__ void __launch_bounds__(128) prepare_tc_kernel(PrepareArgs a, bf16* u_
       for (int np = 0; np < 4; ++np) {
         uint32_t bf[4];
         load_b_nk(bf, sm.k, kLd, k0, np * 16);
-        mma(acc[2 * np], af, bf[0], bf[1]);
-        mma(acc[2 * np + 1], af, bf[2], bf[3]);
+        mma(kk[2 * np], af, bf[0], bf[1]);
+        mma(kk[2 * np + 1], af, bf[2], bf[3]);
       }
     }
     for (int nt = 0; nt < 8; ++nt)
       for (int r = 0; r < 4; ++r) {
         const int i = m0 + gq + (r >> 1) * 8, j = nt * 8 + tq * 2 + (r & 1);
         const bool kept = j < i && (a.band < 0 || (i / a.block) - (j / a.block) <= a.band);
-        sm.lm[i * kLdL + j] = kept ? sm.bet[i] * acc[nt][r] * __expf(sm.gam[i] - sm.gam[j]) : 0.f;
+        sm.lm[i * kLdL + j] = kept ? sm.bet[i] * kk[nt][r] * __expf(sm.gam[i] - sm.gam[j]) : 0.f;
       }
   }
   __syncthreads();
   // T = (I + L)^-1 by 16 x 16 blocks (the band is already in L's zeros): the diagonal blocks by forward
-  // substitution (one column per thread), then block rows I = 1..3: X_IJ = Σ_{J<=M<I} L_IM T_MJ and
+  // substitution, one column per thread with the column in registers (threads 0..63); the blocks above the
+  // diagonal zeroed meanwhile (threads 64..127); then block rows I = 1..3: X_IJ = Σ_{J<=M<I} L_IM T_MJ and
   // T_IJ = −T_II X_IJ.
   if (threadIdx.x < kC) {
-    const int col = threadIdx.x, b0 = col & ~15;
-    for (int i = 0; i < kC; ++i) {
-      float value = 0.f;
-      if (i == col) {
-        value = 1.f;
-      } else if (i > col && i < b0 + 16) {
-        for (int j = col; j < i; ++j) value -= sm.lm[i * kLdL + j] * sm.tm[j * kLdTm + col];
-      }
-      sm.tm[i * kLdTm + col] = value;
+    const int col = threadIdx.x, b0 = col & ~15, c = col - b0;
+    float x[16];
+#pragma unroll
+    for (int i = 0; i < 16; ++i) {
+      float value = i == c ? 1.f : 0.f;
+#pragma unroll
+      for (int j = 0; j < i; ++j) value -= sm.lm[(b0 + i) * kLdL + b0 + j] * x[j];  // x[j] = 0 for j < c
+      x[i] = i < c ? 0.f : value;
+      sm.tm[(b0 + i) * kLdTm + col] = x[i];
+    }
+  } else {
+    sm.eg[threadIdx.x - kC] = __expf(sm.gam[threadIdx.x - kC]);
+    for (int e = threadIdx.x - kC; e < 6 * 256; e += blockDim.x - kC) {
+      // the six blocks (I, J) with J > I: (0,1) (0,2) (0,3) (1,2) (1,3) (2,3)
+      const int blk = e >> 8, r = (e >> 4) & 15, cc = e & 15;
+      const int bi = blk < 3 ? 0 : (blk < 5 ? 1 : 2);
+      const int bj = blk < 3 ? blk + 1 : (blk < 5 ? blk - 1 : 3);
+      sm.tm[(bi * 16 + r) * kLdTm + bj * 16 + cc] = 0.f;
     }
   }
   __syncthreads();
+  // Each thread takes strips of 4 columns (float4 loads of T and X rows: a quarter of the shared loads).
   for (int bi = 1; bi < 4; ++bi) {
-    for (int e = threadIdx.x; e < bi * 256; e += blockDim.x) {
-      const int bj = e >> 8, r = (e >> 4) & 15, cc = e & 15;
-      const int i = bi * 16 + r, col = bj * 16 + cc;
-      float x = 0.f;
-      for (int m = bj * 16; m < bi * 16; ++m) x += sm.lm[i * kLdL + m] * sm.tm[m * kLdTm + col];
-      sm.xs[(bj * 16 + r) * 17 + cc] = x;
+    for (int e = threadIdx.x; e < bi * 64; e += blockDim.x) {
+      const int bj = e >> 6, r = (e >> 2) & 15, c4 = (e & 3) * 4;
+      const int i = bi * 16 + r;
+      float4 x = make_float4(0.f, 0.f, 0.f, 0.f);
+      for (int m = bj * 16; m < bi * 16; ++m) {
+        const float l = sm.lm[i * kLdL + m];
+        const float4 t = *reinterpret_cast<const float4*>(&sm.tm[m * kLdTm + bj * 16 + c4]);
+        x.x += l * t.x;
+        x.y += l * t.y;
+        x.z += l * t.z;
+        x.w += l * t.w;
+      }
+      *reinterpret_cast<float4*>(&sm.xs[(bj * 16 + r) * kLdX + c4]) = x;
     }
     __syncthreads();
-    for (int e = threadIdx.x; e < bi * 256; e += blockDim.x) {
-      const int bj = e >> 8, r = (e >> 4) & 15, cc = e & 15;
-      const int i = bi * 16 + r, col = bj * 16 + cc;
-      float x = 0.f;
-      for (int m = 0; m <= r; ++m) x += sm.tm[i * kLdTm + bi * 16 + m] * sm.xs[(bj * 16 + m) * 17 + cc];
-      sm.tm[i * kLdTm + col] = -x;
+    for (int e = threadIdx.x; e < bi * 64; e += blockDim.x) {
+      const int bj = e >> 6, r = (e >> 2) & 15, c4 = (e & 3) * 4;
+      const int i = bi * 16 + r;
+      float4 x = make_float4(0.f, 0.f, 0.f, 0.f);
+      for (int m = 0; m <= r; ++m) {
+        const float t = sm.tm[i * kLdTm + bi * 16 + m];
+        const float4 xv = *reinterpret_cast<const float4*>(&sm.xs[(bj * 16 + m) * kLdX + c4]);
+        x.x += t * xv.x;
+        x.y += t * xv.y;
+        x.z += t * xv.z;
+        x.w += t * xv.w;
+      }
+      *reinterpret_cast<float4*>(&sm.tm[i * kLdTm + bj * 16 + c4]) = make_float4(-x.x, -x.y, -x.z, -x.w);
     }
     __syncthreads();
   }
-  // Au, Aw over L (no longer needed), then V over T once every thread is done with T.
-  for (int e = threadIdx.x; e < kC * kC; e += blockDim.x) {
-    const int i = e >> 6, j = e & 63;
-    const float t = sm.tm[i * kLdTm + j] * sm.bet[j];
-    au[i * kLdC + j] = __float2bfloat16_rn(t);
-    aw[i * kLdC + j] = __float2bfloat16_rn(t * __expf(sm.gam[j]));
+  // Au, Aw over L (no longer needed), two columns per thread and step; then V over T once every thread is
+  // done with T.
+  for (int e = threadIdx.x; e < kC * kC / 2; e += blockDim.x) {
+    const int i = e >> 5, j = (e & 31) * 2;
+    const float2 t = *reinterpret_cast<const float2*>(&sm.tm[i * kLdTm + j]);
+    const float t0 = t.x * sm.bet[j], t1 = t.y * sm.bet[j + 1];
+    *reinterpret_cast<uint32_t*>(au + i * kLdC + j) = pack_bf16(t0, t1);
+    *reinterpret_cast<uint32_t*>(aw + i * kLdC + j) = pack_bf16(t0 * sm.eg[j], t1 * sm.eg[j + 1]);
   }
   __syncthreads();
   copy_rows(vs, vp, int64_t(a.HV) * kD, len);
@@ -1040,40 +1072,33 @@ __global__ void __launch_bounds__(128) prepare_tc_kernel(PrepareArgs a, bf16* u_
   const float big_gamma = sm.gam[len - 1];
   if (threadIdx.x == 0) a.chunk_decay[event_index(a.chunk_offset, s, a.HV, hv, c)] = big_gamma;
   if (!a.want_statistic) return;
-  // ‖(e^{Γ−γ} ⊙ K)ᵀ U‖_F: scale the key rows in place (W is done with them), then M = Kendᵀ U, 128 x 128.
-  __syncthreads();
-  for (int e = threadIdx.x; e < kC * kD; e += blockDim.x) {
-    const int i = e >> 7, d = e & 127;
-    const float scale = i < len ? __expf(big_gamma - sm.gam[i]) : 0.f;
-    sm.k[i * kLd + d] = __float2bfloat16_rn(__bfloat162float(sm.k[i * kLd + d]) * scale);
-  }
-  __syncthreads();
-  float sum_sq = 0.f;
-  for (int half = 0; half < 2; ++half) {
-    float acc[2][8][4] = {};
-    for (int k0 = 0; k0 < kC; k0 += 16) {
-      uint32_t af[2][4];
-      load_a_t(af[0], sm.k, kLd, warp * 32, k0);
-      load_a_t(af[1], sm.k, kLd, warp * 32 + 16, k0);
-      for (int np = 0; np < 4; ++np) {
-        uint32_t bf[4];
-        load_b_kn(bf, vs, kLd, k0, half * 64 + np * 16);
-        for (int mt = 0; mt < 2; ++mt) {
-          mma(acc[mt][2 * np], af[mt], bf[0], bf[1]);
-          mma(acc[mt][2 * np + 1], af[mt], bf[2], bf[3]);
-        }
-      }
+  // ‖(e^{Γ−γ} ⊙ K)ᵀ U‖_F² = Σ_ij f_i f_j (K Kᵀ)_ij (U Uᵀ)_ij with f_i = e^{Γ−γ_i} (0 past the chunk's end):
+  // U Uᵀ (64 x 64, k = 128) against the K Kᵀ kept in registers, a quarter of the work of Mᵀ = Kᵀ U itself.
+  __syncthreads();  // U (bf16) is in vs
+  float uu[8][4] = {};
+  for (int k0 = 0; k0 < kD; k0 += 16) {
+    uint32_t af[4];
+    load_a(af, vs, kLd, m0, k0);
+    for (int np = 0; np < 4; ++np) {
+      uint32_t bf[4];
+      load_b_nk(bf, vs, kLd, k0, np * 16);
+      mma(uu[2 * np], af, bf[0], bf[1]);
+      mma(uu[2 * np + 1], af, bf[2], bf[3]);
     }
-    for (int mt = 0; mt < 2; ++mt)
-      for (int nt = 0; nt < 8; ++nt)
-        for (int r = 0; r < 4; ++r) sum_sq += acc[mt][nt][r] * acc[mt][nt][r];
   }
+  float sum_sq = 0.f;
+  for (int nt = 0; nt < 8; ++nt)
+    for (int r = 0; r < 4; ++r) {
+      const int i = m0 + gq + (r >> 1) * 8, j = nt * 8 + tq * 2 + (r & 1);
+      const float f = i < len && j < len ? __expf(2.f * big_gamma - sm.gam[i] - sm.gam[j]) : 0.f;
+      sum_sq += f * kk[nt][r] * uu[nt][r];
+    }
   for (int off = 16; off > 0; off >>= 1) sum_sq += __shfl_xor_sync(0xffffffffu, sum_sq, off);
   if (lane == 0) sm.red[warp] = sum_sq;
   __syncthreads();
   if (threadIdx.x == 0)
     a.statistic[event_index(a.chunk_offset, s, a.HV, hv, c)] =
-        sqrtf(sm.red[0] + sm.red[1] + sm.red[2] + sm.red[3]);
+        sqrtf(fmaxf(sm.red[0] + sm.red[1] + sm.red[2] + sm.red[3], 0.f));
 }
 
 // ---- recurrence: per (sequence, value head, 32-column V tile), 128 threads. The state tile (128 x 32 fp32)
@@ -1133,18 +1158,27 @@ __global__ void __launch_bounds__(128)
 
   // The sequence's offsets once, in registers: fetch() must not wait on global loads before its copies.
   const int64_t seq_chunk0 = a.chunk_offset[s], seq_t0 = a.seq_start[s], seq_len = a.seq_len[s];
+  // The copies' thread-constant parts (128 threads): W and K rows r0 + 8j (j < 8), 16-byte part p8; U rows
+  // ur + 32j (j < 2), part up. Per event only the 64-bit bases change, so the copies take immediate offsets.
+  const int r0 = threadIdx.x >> 4, p8 = (threadIdx.x & 15) * 8;
+  const int ur = threadIdx.x >> 2, up = (threadIdx.x & 3) * 8;
+  const int64_t k_row = int64_t(a.H) * kD;
   auto fetch = [&](int buf, int64_t c) {
-    const int64_t id = seq_chunk0 + c;
-    const int64_t t0 = seq_t0 + c * kC;
+    const int64_t cslot = (seq_chunk0 + c) * a.HV + hv;
     const int len = int(min_i64(kC, seq_len - c * kC));
-    const int64_t cslot = id * a.HV + hv;
     RecStage& st_ = sm.stage[buf];
-    copy_rows(st_.w, w_all + cslot * kC * kD, kD, kC);
-    copy_rows(st_.k, kp + (t0 * a.H + h) * kD, int64_t(a.H) * kD, len);
-    for (int e = threadIdx.x; e < kC * (kVT / 8); e += blockDim.x) {
-      const int i = e >> 2, part = e & 3;
-      cp_async16(st_.u + i * kLdT + part * 8, u_all + (cslot * kC + i) * kD + col0 + part * 8, true);
+    const bf16* wsrc = w_all + cslot * (kC * kD) + r0 * kD + p8;
+    const bf16* ksrc = kp + ((seq_t0 + c * kC) * a.H + h) * kD + r0 * k_row + p8;
+    const bf16* usrc = u_all + cslot * (kC * kD) + ur * kD + col0 + up;
+#pragma unroll
+    for (int j = 0; j < 8; ++j) {
+      cp_async16(st_.w + (r0 + 8 * j) * kLd + p8, wsrc + 8 * j * kD, true);
+      const bool valid = r0 + 8 * j < len;  // rows past the sequence's end become zeros
+      cp_async16(st_.k + (r0 + 8 * j) * kLd + p8, valid ? ksrc : kp, valid);
+      ksrc += 8 * k_row;
     }
+#pragma unroll
+    for (int j = 0; j < 2; ++j) cp_async16(st_.u + (ur + 32 * j) * kLdT + up, usrc + 32 * j * kD, true);
     if (threadIdx.x < kC / 4)
       cp_async16(st_.gam + threadIdx.x * 4, a.gamma + cslot * kC + threadIdx.x * 4, true);
     cp_async_commit();

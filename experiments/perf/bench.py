@@ -3,7 +3,7 @@
 Qwen3.5 head shape (H = 16, HV = 32, K = V = 128), chunk 64. Layouts: B = 1 at T = 4K..128K, and packed
 4 x 8K and 2 x 16K (cu_seqlens). Configurations:
   dense           exact solver, every event (score `none`: the dense selector reads no scores)
-  sparse-default  block_adjacent band 1, survival score, head_budget rho = 0.29 (pair granularity), G = 1
+  sparse-default  block_adjacent band 1, update_norm score, head_budget rho = 0.29 (pair granularity), G = 1
 Both sides are timed the same way: one CUDA graph per side holding one call per input set (2 rotating input
 sets when T <= 8K, so the inputs are not served from the 60 MB L2), warm-up replays, then the median of
 timed replays (CUDA events) divided by the calls in the graph. Timed: our whole C ABI forward (chunk table,
@@ -37,7 +37,7 @@ LAYOUTS = [(4096, "1x4K", [4096]), (8192, "1x8K", [8192]), (16384, "1x16K", [163
            (32768, "2x16K", [16384] * 2)]
 CONFIGS = {
     "dense": dict(solver="exact", selector="dense", score="none", group=1),
-    "sparse-default": dict(solver="block_adjacent", band=1, selector="head_budget", rho=0.29, score="survival",
+    "sparse-default": dict(solver="block_adjacent", band=1, selector="head_budget", rho=0.29, score="update_norm",
                            group=1),
 }
 
@@ -239,7 +239,7 @@ def main():
     lines = [f"# SparseGDN vs FLA on {meta['device']}", "",
              f"{meta['date']}; " + ", ".join(f"{k} {v}" for k, v in meta["versions"].items()), "",
              f"Method: {meta['method']}. H = {H}, HV = {HV}, K = V = {K}, bf16 in/out, chunk 64. "
-             "sparse-default: block_adjacent band 1, survival, head_budget rho 0.29 (pair), G = 1. "
+             "sparse-default: block_adjacent band 1, update_norm, head_budget rho 0.29 (pair), G = 1. "
              "Bytes: FLA's h tensor vs our U/W (bf16) + snapshots written (bf16). "
              "rel err: our output against FLA's (for sparse rows this is the approximation error of sparsity).", "",
              "| T | layout | config | ours ms | FLA ms | speedup | ours MiB | FLA MiB | kept | rel err vs FLA |",

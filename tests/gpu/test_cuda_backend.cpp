@@ -518,7 +518,8 @@ TEST_CASE("CUDA tensor-core path matches float64 within the bf16 bound", "[gpu][
             solver,
             solver == "exact" ? std::map<std::string, std::string>{}
                               : std::map<std::string, std::string>{{"block", "16"}, {"band", "1"}},
-            "survival", sel, {{"rho", "0.29"}}, 64, group, Granularity::pair);
+            sel == "head_budget" ? "update_norm" : "survival", sel, {{"rho", "0.29"}}, 64, group,
+            Granularity::pair);
         s.config.keep_snapshots = true;
         const EngineResult<float> cpu = run_cpu(in, s.config);
         CudaRunOptions options;

@@ -1,0 +1,41 @@
+#!/usr/bin/env bash
+# Nsight Compute profile of our three tensor-core stages (prepare, recurrence, outputs) in one dense forward
+# at T (default 32768), B = 1, Qwen shape, on the device machine: the details page (speed of light, memory,
+# occupancy, warp states) and the recurrence's SASS lines with the most stall samples, in one text file,
+# $OUT/profile.txt. Carry build-cuda/dist.
+set -u
+OUT=${OUT:-$PWD/device-logs}
+mkdir -p "$OUT"
+DIST=$PWD/build-cuda/dist
+export LD_LIBRARY_PATH=$DIST/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH} SGDN_CUDA_LIB=$DIST/libsgdn_cuda_capi.so
+NCU=$(command -v ncu || echo /usr/local/cuda/bin/ncu)
+REP=/tmp/sgdn_profile
+# stages.py runs each configuration twice (warm-up, then timed): skip the warm-up's three kernels.
+timeout 240 "$NCU" -f -o "$REP" --set full --import-source no -k regex:"prepare_tc|recurrence_tc|output_tc" \
+  --launch-skip 3 --launch-count 3 python3 experiments/perf/stages.py "${T:-32768}" > /tmp/ncu_run.log 2>&1
+echo "ncu rc=$?" > "$OUT/profile.txt"
+tail -5 /tmp/ncu_run.log >> "$OUT/profile.txt"
+"$NCU" -i "$REP.ncu-rep" --page details --print-units base >> "$OUT/profile.txt" 2>&1
+for kernel in recurrence_tc prepare_tc output_tc; do
+  "$NCU" -i "$REP.ncu-rep" --page source --csv --print-source sass -k regex:$kernel > /tmp/src_$kernel.csv 2>&1
+  python3 - /tmp/src_$kernel.csv $kernel >> "$OUT/profile.txt" <<'PY'
+import csv, sys
+path, kernel = sys.argv[1], sys.argv[2]
+rows = list(csv.reader(open(path, errors="replace")))
+head = next((i for i, r in enumerate(rows) if any("Source" == c.strip() for c in r)), None)
+if head is None:
+    print(f"\n{kernel}: no source table"); print("".join(open(path, errors="replace").readlines()[:5])); sys.exit()
+cols = rows[head]
+src = cols.index("Source")
+stall = next((i for i, c in enumerate(cols) if "Stall Sampling (All" in c), None)
+detail = [i for i, c in enumerate(cols) if c.startswith("stall_") or "Warp Stall" in c]
+body = [r for r in rows[head + 1:] if len(r) == len(cols)]
+def num(x):
+    try: return float(x.replace(",", ""))
+    except ValueError: return 0.0
+total = sum(num(r[stall]) for r in body) or 1
+print(f"\n{kernel}: {len(body)} SASS lines, {total:.0f} stall samples; top 45 (samples, %, line):")
+for r in sorted(body, key=lambda r: -num(r[stall]))[:45]:
+    print(f"{num(r[stall]):8.0f} {100 * num(r[stall]) / total:5.1f}%  {r[0]:>6} {r[src][:90]}")
+PY
+done
