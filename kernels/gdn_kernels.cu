@@ -24,6 +24,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <string>
+#include <type_traits>
 
 #include "kernels/gdn_device.h"
 
@@ -849,6 +850,41 @@ __device__ __forceinline__ float2 unpack_bf16(uint32_t x) {
   __nv_bfloat162 v = *reinterpret_cast<__nv_bfloat162*>(&x);
   return __bfloat1622float2(v);
 }
+// One warp's m16 x (16 NP) tile: acc[2 NP][4] += A (16 rows from m0, k in [0, K)) B (k, 16 NP columns from
+// n0). A is stored [m][k] (AT = false) or [k][m]; B is stored [k][n] (BT = false) or [n][k].
+template <int NP, int K, bool AT, bool BT>
+__device__ __forceinline__ void warp_tile_mma(float (&acc)[2 * NP][4], const bf16* a, int lda, int m0,
+                                              const bf16* b, int ldb, int n0) {
+  for (int k0 = 0; k0 < K; k0 += 16) {
+    uint32_t af[4];
+    if constexpr (AT)
+      load_a_t(af, a, lda, m0, k0);
+    else
+      load_a(af, a, lda, m0, k0);
+    for (int np = 0; np < NP; ++np) {
+      uint32_t bf[4];
+      if constexpr (BT)
+        load_b_nk(bf, b, ldb, k0, n0 + np * 16);
+      else
+        load_b_kn(bf, b, ldb, k0, n0 + np * 16);
+      mma(acc[2 * np], af, bf[0], bf[1]);
+      mma(acc[2 * np + 1], af, bf[2], bf[3]);
+    }
+  }
+}
+// One warp's m16 x (8 NT) accumulator tile, rounded to bf16, into a row-major tile (row stride ld) at (m0,
+// n0).
+template <int NT>
+__device__ __forceinline__ void store_tile_bf16(bf16* dst, int ld, int m0, int n0,
+                                                const float (&acc)[NT][4]) {
+  const int lane = threadIdx.x & 31, gq = lane >> 2, tq = lane & 3;
+  for (int nt = 0; nt < NT; ++nt) {
+    const int col = n0 + nt * 8 + tq * 2;
+    *reinterpret_cast<uint32_t*>(dst + (m0 + gq) * ld + col) = pack_bf16(acc[nt][0], acc[nt][1]);
+    *reinterpret_cast<uint32_t*>(dst + (m0 + gq + 8) * ld + col) = pack_bf16(acc[nt][2], acc[nt][3]);
+  }
+}
+
 // 16-byte asynchronous copy; src_bytes = 0 writes zeros (rows past a sequence's end).
 __device__ __forceinline__ void cp_async16(void* dst, const void* src, bool valid) {
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_addr(dst)), "l"(src),
@@ -940,16 +976,7 @@ __global__ void __launch_bounds__(128) prepare_tc_kernel(PrepareArgs a, bf16* u_
   float kk[8][4] = {};
   {
     const int m0 = warp * 16;
-    for (int k0 = 0; k0 < kD; k0 += 16) {
-      uint32_t af[4];
-      load_a(af, sm.k, kLd, m0, k0);
-      for (int np = 0; np < 4; ++np) {
-        uint32_t bf[4];
-        load_b_nk(bf, sm.k, kLd, k0, np * 16);
-        mma(kk[2 * np], af, bf[0], bf[1]);
-        mma(kk[2 * np + 1], af, bf[2], bf[3]);
-      }
-    }
+    warp_tile_mma<4, kD, false, true>(kk, sm.k, kLd, m0, sm.k, kLd, 0);
     for (int nt = 0; nt < 8; ++nt)
       for (int r = 0; r < 4; ++r) {
         const int i = m0 + gq + (r >> 1) * 8, j = nt * 8 + tq * 2 + (r & 1);
@@ -1041,31 +1068,12 @@ __global__ void __launch_bounds__(128) prepare_tc_kernel(PrepareArgs a, bf16* u_
     const bf16* bmat = which == 0 ? vs : sm.k;
     bf16* out = which == 0 ? u_out : w_out;
     float acc[16][4] = {};
-    for (int k0 = 0; k0 < kC; k0 += 16) {
-      uint32_t af[4];
-      load_a(af, amat, kLdC, m0, k0);
-      for (int np = 0; np < 8; ++np) {
-        uint32_t bf[4];
-        load_b_kn(bf, bmat, kLd, k0, np * 16);
-        mma(acc[2 * np], af, bf[0], bf[1]);
-        mma(acc[2 * np + 1], af, bf[2], bf[3]);
-      }
-    }
-    for (int nt = 0; nt < 16; ++nt) {
-      const int col = nt * 8 + tq * 2;
-      const int r0 = m0 + gq;
-      *reinterpret_cast<uint32_t*>(out + r0 * kD + col) = pack_bf16(acc[nt][0], acc[nt][1]);
-      *reinterpret_cast<uint32_t*>(out + (r0 + 8) * kD + col) = pack_bf16(acc[nt][2], acc[nt][3]);
-    }
+    warp_tile_mma<8, kC, false, false>(acc, amat, kLdC, m0, bmat, kLd, 0);
+    store_tile_bf16(out, kD, m0, 0, acc);
     if (which == 0 && a.want_statistic) {
       // U (bf16) replaces V in shared memory for the statistic; V is no longer needed after this product.
       __syncthreads();
-      for (int nt = 0; nt < 16; ++nt) {
-        const int col = nt * 8 + tq * 2;
-        const int r0 = m0 + gq;
-        *reinterpret_cast<uint32_t*>(vs + r0 * kLd + col) = pack_bf16(acc[nt][0], acc[nt][1]);
-        *reinterpret_cast<uint32_t*>(vs + (r0 + 8) * kLd + col) = pack_bf16(acc[nt][2], acc[nt][3]);
-      }
+      store_tile_bf16(vs, kLd, m0, 0, acc);
     }
   }
   for (int i = threadIdx.x; i < kC; i += blockDim.x) a.gamma[slot * kC + i] = i < len ? sm.gam[i] : 0.f;
@@ -1076,16 +1084,7 @@ __global__ void __launch_bounds__(128) prepare_tc_kernel(PrepareArgs a, bf16* u_
   // U Uᵀ (64 x 64, k = 128) against the K Kᵀ kept in registers, a quarter of the work of Mᵀ = Kᵀ U itself.
   __syncthreads();  // U (bf16) is in vs
   float uu[8][4] = {};
-  for (int k0 = 0; k0 < kD; k0 += 16) {
-    uint32_t af[4];
-    load_a(af, vs, kLd, m0, k0);
-    for (int np = 0; np < 4; ++np) {
-      uint32_t bf[4];
-      load_b_nk(bf, vs, kLd, k0, np * 16);
-      mma(uu[2 * np], af, bf[0], bf[1]);
-      mma(uu[2 * np + 1], af, bf[2], bf[3]);
-    }
-  }
+  warp_tile_mma<4, kD, false, true>(uu, vs, kLd, m0, vs, kLd, 0);
   float sum_sq = 0.f;
   for (int nt = 0; nt < 8; ++nt)
     for (int r = 0; r < 4; ++r) {
@@ -1145,13 +1144,7 @@ __global__ void __launch_bounds__(128)
       }
   auto write_snapshot = [&](int64_t slot, int32_t chunk) {
     bf16* dst = reinterpret_cast<bf16*>(a.snapshots) + (slot_base + slot) * kD * V;
-    for (int mt = 0; mt < 2; ++mt)
-      for (int nt = 0; nt < 4; ++nt)
-        for (int half = 0; half < 2; ++half) {
-          const int d = warp * 32 + mt * 16 + gq + half * 8, col = col0 + nt * 8 + tq * 2;
-          *reinterpret_cast<uint32_t*>(dst + d * V + col) =
-              pack_bf16(st[mt][nt][2 * half], st[mt][nt][2 * half + 1]);
-        }
+    for (int mt = 0; mt < 2; ++mt) store_tile_bf16(dst, V, warp * 32 + mt * 16, col0, st[mt]);
     if (blockIdx.z == 0 && threadIdx.x == 0) a.snapshot_chunk[slot_base + slot] = chunk;
   };
   write_snapshot(0, -1);
@@ -1226,14 +1219,11 @@ __global__ void __launch_bounds__(128)
         cp_async_wait_all();
       const float carried = __expf(pending);
       pending = 0.f;
-      for (int mt = 0; mt < 2; ++mt)
-        for (int nt = 0; nt < 4; ++nt) {
+      for (int mt = 0; mt < 2; ++mt) {
+        for (int nt = 0; nt < 4; ++nt)
           for (int r = 0; r < 4; ++r) st[mt][nt][r] *= carried;
-          const int d = warp * 32 + mt * 16 + gq, col = nt * 8 + tq * 2;
-          *reinterpret_cast<uint32_t*>(sm.sb + d * kLdT + col) = pack_bf16(st[mt][nt][0], st[mt][nt][1]);
-          *reinterpret_cast<uint32_t*>(sm.sb + (d + 8) * kLdT + col) =
-              pack_bf16(st[mt][nt][2], st[mt][nt][3]);
-        }
+        store_tile_bf16(sm.sb, kLdT, warp * 32 + mt * 16, 0, st[mt]);
+      }
       __syncthreads();
       const int nxt2 = nxt1 < wn ? next_selected(nxt1 + 1) : wn;
       if (nxt2 < wn) fetch((buf + 2) % 3, w0 + nxt2);
@@ -1375,16 +1365,7 @@ __global__ void __launch_bounds__(256) output_tc_kernel(OutputArgs a, const bf16
     __syncthreads();
     // v = U − W Sb (registers), rows wm.., columns wn..wn+63
     float vacc[8][4] = {};
-    for (int k0 = 0; k0 < kD; k0 += 16) {
-      uint32_t af[4];
-      load_a(af, sm.w, kLd, wm, k0);
-      for (int np = 0; np < 4; ++np) {
-        uint32_t bf[4];
-        load_b_kn(bf, sm.sb, kLd, k0, wn + np * 16);
-        mma(vacc[2 * np], af, bf[0], bf[1]);
-        mma(vacc[2 * np + 1], af, bf[2], bf[3]);
-      }
-    }
+    warp_tile_mma<4, kD, false, false>(vacc, sm.w, kLd, wm, sm.sb, kLd, wn);
     const bf16* u = u_all + cslot * kC * kD;
     for (int nt = 0; nt < 8; ++nt)
       for (int half = 0; half < 2; ++half) {
@@ -1397,16 +1378,7 @@ __global__ void __launch_bounds__(256) output_tc_kernel(OutputArgs a, const bf16
     {
       float acc[4][4] = {};
       const int an = (warp >> 2) * 32;
-      for (int k0 = 0; k0 < kD; k0 += 16) {
-        uint32_t af[4];
-        load_a(af, sm.q, kLd, wm, k0);
-        for (int np = 0; np < 2; ++np) {
-          uint32_t bf[4];
-          load_b_nk(bf, sm.k, kLd, k0, an + np * 16);
-          mma(acc[2 * np], af, bf[0], bf[1]);
-          mma(acc[2 * np + 1], af, bf[2], bf[3]);
-        }
-      }
+      warp_tile_mma<2, kD, false, true>(acc, sm.q, kLd, wm, sm.k, kLd, an);
       for (int nt = 0; nt < 4; ++nt)
         for (int half = 0; half < 2; ++half) {
           const int i = wm + gq + half * 8, j = an + nt * 8 + tq * 2;
@@ -1417,26 +1389,12 @@ __global__ void __launch_bounds__(256) output_tc_kernel(OutputArgs a, const bf16
         }
     }
     __syncthreads();  // every warp is done with W
-    for (int nt = 0; nt < 8; ++nt)
-      for (int half = 0; half < 2; ++half) {
-        const int row = wm + gq + half * 8, col = wn + nt * 8 + tq * 2;
-        *reinterpret_cast<uint32_t*>(sm.w + row * kLd + col) =
-            pack_bf16(vacc[nt][2 * half], vacc[nt][2 * half + 1]);
-      }
+    store_tile_bf16(sm.w, kLd, wm, wn, vacc);
     __syncthreads();
     // O = scale (e^γ ⊙ (Q Sb) + A v)
     {
       float acc[8][4] = {};
-      for (int k0 = 0; k0 < kD; k0 += 16) {
-        uint32_t af[4];
-        load_a(af, sm.q, kLd, wm, k0);
-        for (int np = 0; np < 4; ++np) {
-          uint32_t bf[4];
-          load_b_kn(bf, sm.sb, kLd, k0, wn + np * 16);
-          mma(acc[2 * np], af, bf[0], bf[1]);
-          mma(acc[2 * np + 1], af, bf[2], bf[3]);
-        }
-      }
+      warp_tile_mma<4, kD, false, false>(acc, sm.q, kLd, wm, sm.sb, kLd, wn);
       const float e0 = carried * __expf(sm.gam[wm + gq]), e1 = carried * __expf(sm.gam[wm + gq + 8]);
       for (int nt = 0; nt < 8; ++nt) {
         acc[nt][0] *= e0;
@@ -1444,24 +1402,28 @@ __global__ void __launch_bounds__(256) output_tc_kernel(OutputArgs a, const bf16
         acc[nt][2] *= e1;
         acc[nt][3] *= e1;
       }
-      for (int k0 = 0; k0 < kC; k0 += 16) {
-        uint32_t af[4];
-        load_a(af, sm.am, kLdC, wm, k0);
-        for (int np = 0; np < 4; ++np) {
-          uint32_t bf[4];
-          load_b_kn(bf, sm.w, kLd, k0, wn + np * 16);
-          mma(acc[2 * np], af, bf[0], bf[1]);
-          mma(acc[2 * np + 1], af, bf[2], bf[3]);
-        }
-      }
+      warp_tile_mma<4, kC, false, false>(acc, sm.am, kLdC, wm, sm.w, kLd, wn);
       for (int nt = 0; nt < 8; ++nt)
-        for (int half = 0; half < 2; ++half) {
-          const int i = wm + gq + half * 8, col = wn + nt * 8 + tq * 2;
-          if (i >= len) continue;
-          Out* dst = op + ((t0 + i) * a.HV + hv) * V + col;
-          dst[0] = from_float<Out>(a.scale * acc[nt][2 * half]);
-          dst[1] = from_float<Out>(a.scale * acc[nt][2 * half + 1]);
+        for (int r = 0; r < 4; ++r) acc[nt][r] *= a.scale;
+      if constexpr (std::is_same_v<Out, bf16>) {
+        // Through shared memory (Q's tile, no longer read) so that each row leaves in 16-byte stores.
+        __syncthreads();
+        store_tile_bf16(sm.q, kLd, wm, wn, acc);
+        __syncthreads();
+        for (int e = threadIdx.x; e < len * (kD / 8); e += blockDim.x) {
+          const int i = e >> 4, part = e & 15;
+          *reinterpret_cast<uint4*>(op + ((t0 + i) * a.HV + hv) * V + part * 8) =
+              *reinterpret_cast<const uint4*>(sm.q + i * kLd + part * 8);
         }
+      } else {
+        for (int nt = 0; nt < 8; ++nt)
+          for (int half = 0; half < 2; ++half) {
+            const int i = wm + gq + half * 8, col = wn + nt * 8 + tq * 2;
+            if (i < len)
+              *reinterpret_cast<float2*>(op + ((t0 + i) * a.HV + hv) * V + col) =
+                  make_float2(acc[nt][2 * half], acc[nt][2 * half + 1]);
+          }
+      }
     }
     carried = 1.f;  // Sb holds S_loc itself from the second chunk on
     if (c + 1 < last) {
@@ -1483,16 +1445,7 @@ __global__ void __launch_bounds__(256) output_tc_kernel(OutputArgs a, const bf16
             acc[nt][2 * half] = decay * sf[d * kD + col];
             acc[nt][2 * half + 1] = decay * sf[d * kD + col + 1];
           }
-        for (int k0 = 0; k0 < kC; k0 += 16) {
-          uint32_t af[4];
-          load_a_t(af, sm.k, kLd, warp * 16, k0);
-          for (int np = 0; np < 4; ++np) {
-            uint32_t bf[4];
-            load_b_kn(bf, sm.w, kLd, k0, nh * 64 + np * 16);
-            mma(acc[2 * np], af, bf[0], bf[1]);
-            mma(acc[2 * np + 1], af, bf[2], bf[3]);
-          }
-        }
+        warp_tile_mma<4, kC, true, false>(acc, sm.k, kLd, warp * 16, sm.w, kLd, nh * 64);
         for (int nt = 0; nt < 8; ++nt)
           for (int half = 0; half < 2; ++half) {
             const int d = warp * 16 + gq + half * 8, col = nh * 64 + nt * 8 + tq * 2;
