@@ -2,6 +2,7 @@
 
 #include <array>
 #include <cmath>
+#include <limits>
 #include <map>
 
 #include "core/error.h"
@@ -123,7 +124,8 @@ Cost cost_of(const Shape& s, int64_t chunk, double flops, double dense_flops, do
   int64_t kept = 0;
   for (int64_t i = 0; i < event_mask.size(); ++i) kept += event_mask[i];
   Cost c;
-  c.flops_ratio = dense_flops > 0 ? flops / dense_flops : 0;
+  // NaN where the backend has no cost model (cuda): "not measured", not "free".
+  c.flops_ratio = dense_flops > 0 ? flops / dense_flops : std::numeric_limits<double>::quiet_NaN();
   const double dense_chain = 4.0 * double(s.tokens) * s.key_dim * s.value_dim * double(s.batch * s.v_heads);
   c.sequential_ratio = dense_chain > 0 ? sequential_flops / dense_chain : 0;
   c.state_bytes = state * double(kept + s.batch * s.v_heads);  // snapshots: S0 + one per selected event

@@ -519,7 +519,8 @@ def plot_pareto(runs, out_dir, sel_label):
 
 def plot_solver_cost(runs, out_dir, sel_label):
     """Error against work for the solvers (SPEC §4): dense-selector runs only, so the solver is all that differs."""
-    runs = [r for r in runs if is_dense(r) and "output_error" in r["m"] and "flops_ratio" in r["m"]]
+    runs = [r for r in runs if is_dense(r) and "output_error" in r["m"] and "flops_ratio" in r["m"]
+            and np.isfinite(r["m"]["flops_ratio"])]
     solvers = {solver_label(r) for r in runs}
     if len(solvers) < 2:
         print("plot.py: fewer than two solvers among the dense runs: skipping solver_cost.png")

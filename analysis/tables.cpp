@@ -65,7 +65,11 @@ std::string budget_label(const RunRecord& r) {
 
 double metric(const RunRecord& r, const std::string& key) {
   auto it = r.metrics.find(key);
-  return it == r.metrics.end() ? std::nan("") : parse_double(key, it->second);
+  if (it == r.metrics.end()) return std::nan("");
+  // A metric stored as NaN (e.g. flops_ratio where the backend has no cost model) reads back as such.
+  const std::string& text = it->second;
+  if (text == "nan" || text == "-nan" || text == "NaN") return std::nan("");
+  return parse_double(key, text);
 }
 
 std::vector<double> read_vector(const h5::File& f, const std::string& path) {
@@ -122,7 +126,7 @@ void print_analysis(std::ostream& out, const std::vector<RunRecord>& runs) {
   }
   // Error, retention, needle accuracy and cost per (solver, selector, rho, G), over workloads.
   struct Agg {
-    int n = 0, needle_n = 0, err_n = 0;
+    int n = 0, needle_n = 0, err_n = 0, flops_n = 0;
     double err = 0, err_max = 0, ret = 0, needle = 0, flops = 0, state = 0, state_dense = 0;
   };
   std::map<std::vector<std::string>, Agg> groups;
@@ -138,7 +142,10 @@ void print_analysis(std::ostream& out, const std::vector<RunRecord>& runs) {
       ++a.err_n;
     }
     a.ret += metric(r, "retention");
-    a.flops += metric(r, "flops_ratio");
+    if (const double f = metric(r, "flops_ratio"); !std::isnan(f)) {  // NaN or absent: no cost model
+      a.flops += f;
+      ++a.flops_n;
+    }
     a.state += metric(r, "state_bytes");
     a.state_dense += metric(r, "dense_state_bytes");
     const double needle = metric(r, "needle_accuracy");
@@ -151,7 +158,8 @@ void print_analysis(std::ostream& out, const std::vector<RunRecord>& runs) {
   for (const auto& [key, a] : groups) {
     rows.push_back({key[0], key[1], key[2], key[3], std::to_string(a.n), a.err_n ? sci(a.err / a.err_n) : "-",
                     a.err_n ? sci(a.err_max) : "-", fixed(100 * a.ret / a.n, 1) + "%",
-                    a.needle_n ? fixed(100 * a.needle / a.needle_n, 1) + "%" : "-", fixed(a.flops / a.n, 2),
+                    a.needle_n ? fixed(100 * a.needle / a.needle_n, 1) + "%" : "-",
+                    a.flops_n ? fixed(a.flops / a.flops_n, 2) : "-",
                     fixed(a.state_dense > 0 ? a.state / a.state_dense : 0, 2)});
   }
   out << "\nError, retention and cost per configuration (mean over workloads)\n\n";

@@ -1,12 +1,14 @@
 // `sgdn run` end to end on tiny sweeps: the HDF5 layout of SPEC §10, resuming an interrupted sweep,
 // skipping finished runs, shards, needle metrics.
 #include <catch2/catch.hpp>
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <random>
 #include <set>
 #include <sstream>
 
+#include "analysis/metrics.h"
 #include "analysis/tables.h"
 #include "core/hdf5_file.h"
 #include "experiments/runner.h"
@@ -133,7 +135,7 @@ TEST_CASE("shards split a sweep and their files together hold every run", "[runn
   CHECK(ids.size() == 10);
 }
 
-TEST_CASE("needle workloads record accuracy; dense exact recalls", "[runner]") {
+TEST_CASE("needle workloads record accuracy, and dense exact recalls", "[runner]") {
   ScratchDir dir;
   const std::string out = (dir.path / "needle.h5").string();
   const Experiment exp = parse_experiment(R"(
@@ -160,6 +162,29 @@ name = dense
   std::ostringstream table;
   print_analysis(table, runs);
   CHECK(table.str().find("Needle accuracy") != std::string::npos);
+
+  // A backend without a flop cost model stores NaN, and the table says "-" rather than a cost of 0.
+  auto flops_cell = [](const std::vector<RunRecord>& records) {
+    std::ostringstream text;
+    print_analysis(text, records);
+    std::istringstream lines(text.str());
+    for (std::string line; std::getline(lines, line);) {
+      if (line.find("| dense") == std::string::npos) continue;
+      std::vector<std::string> cells;
+      std::istringstream row(line);
+      for (std::string cell; std::getline(row, cell, '|');) cells.push_back(cell);
+      REQUIRE(cells.size() > 10);
+      return cells[10].substr(cells[10].find_first_not_of(' '),
+                              cells[10].find_last_not_of(' ') - cells[10].find_first_not_of(' ') + 1);
+    }
+    return std::string("no dense row");
+  };
+  CHECK(flops_cell(runs) == "1.00");
+  std::vector<RunRecord> without_cost = runs;
+  without_cost[0].metrics["flops_ratio"] = "nan";
+  CHECK(flops_cell(without_cost) == "-");
+  CHECK(std::isnan(
+      cost_of(Shape::of(1, 128, 1, 1, 8, 8), 64, 0, 0, 0, Tensor<uint8_t>({1, 1, 2})).flops_ratio));
 }
 
 TEST_CASE("a bad config writes nothing", "[runner]") {

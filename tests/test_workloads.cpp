@@ -14,17 +14,6 @@
 namespace sgdn {
 namespace {
 
-Shape make_shape(int64_t B, int64_t T, int64_t H, int64_t HV, int64_t K, int64_t V) {
-  Shape s;
-  s.batch = B;
-  s.tokens = T;
-  s.qk_heads = H;
-  s.v_heads = HV;
-  s.key_dim = K;
-  s.value_dim = V;
-  return s;
-}
-
 double norm_of(const double* x, int64_t n) {
   double s = 0;
   for (int64_t i = 0; i < n; ++i) s += x[i] * x[i];
@@ -102,7 +91,7 @@ TEST_CASE("rng: keys separate coordinates, uniforms are open, normals are standa
 }
 
 TEST_CASE("random workload: shapes and value ranges", "[workload]") {
-  const Shape shape = make_shape(2, 96, 4, 8, 16, 12);
+  const Shape shape = Shape::of(2, 96, 4, 8, 16, 12);
   const GeneratedWorkload w = random_workload(shape, 11);
   const Inputs<double>& in = w.inputs;
   REQUIRE_NOTHROW(validate(in));
@@ -152,7 +141,7 @@ TEST_CASE("random workload: per-head decay rates lie in the stated ranges", "[wo
   // small softplus(b) it is about e^0.5 softplus(b), so per-token decay rates span ~1.6e-3 to ~2.7: memories
   // from hundreds of tokens down to one.)
   const int64_t T = 4000;
-  const GeneratedWorkload w = random_workload(make_shape(1, T, 1, 4, 4, 4), 5);
+  const GeneratedWorkload w = random_workload(Shape::of(1, T, 1, 4, 4, 4), 5);
   for (int64_t h = 0; h < 4; ++h) {
     const HeadDecay& d = decays[size_t(h)];
     double mean = 0;
@@ -167,7 +156,7 @@ TEST_CASE("random workload: per-head decay rates lie in the stated ranges", "[wo
 }
 
 TEST_CASE("random workload: reproducible by seed, independent of T and B", "[workload]") {
-  const Shape shape = make_shape(2, 64, 2, 4, 8, 8);
+  const Shape shape = Shape::of(2, 64, 2, 4, 8, 8);
   const GeneratedWorkload a = random_workload(shape, 42);
   const GeneratedWorkload b = random_workload(shape, 42);
   const GeneratedWorkload c = random_workload(shape, 43);
@@ -177,7 +166,7 @@ TEST_CASE("random workload: reproducible by seed, independent of T and B", "[wor
   CHECK_FALSE(same_values(a.inputs.g, c.inputs.g));
 
   // A shorter, smaller batch is a prefix of the longer one: tokens own their streams.
-  const GeneratedWorkload shorter = random_workload(make_shape(1, 40, 2, 4, 8, 8), 42);
+  const GeneratedWorkload shorter = random_workload(Shape::of(1, 40, 2, 4, 8, 8), 42);
   for (int64_t t = 0; t < 40; ++t) {
     for (int64_t i = 0; i < 2 * 8; ++i) REQUIRE(shorter.inputs.k[t * 16 + i] == a.inputs.k[t * 16 + i]);
     for (int64_t h = 0; h < 4; ++h) REQUIRE(shorter.inputs.g[t * 4 + h] == a.inputs.g[t * 4 + h]);
@@ -186,7 +175,7 @@ TEST_CASE("random workload: reproducible by seed, independent of T and B", "[wor
 
 TEST_CASE("random workload: golden first values", "[workload]") {
   // Catches a change of the generator or of the platform's libm beyond rounding.
-  const GeneratedWorkload w = random_workload(make_shape(1, 4, 2, 4, 8, 8), 0);
+  const GeneratedWorkload w = random_workload(Shape::of(1, 4, 2, 4, 8, 8), 0);
   const Inputs<double>& in = w.inputs;
   CHECK(in.q[0] == Approx(-0.12451661650658935).epsilon(1e-12));
   CHECK(in.k[0] == Approx(-0.10032943749949776).epsilon(1e-12));
@@ -199,7 +188,7 @@ TEST_CASE("random workload: golden first values", "[workload]") {
 }
 
 TEST_CASE("random workload: optional initial state", "[workload]") {
-  const Shape shape = make_shape(2, 8, 2, 4, 32, 16);
+  const Shape shape = Shape::of(2, 8, 2, 4, 32, 16);
   RandomWorkloadOptions options;
   options.initial_state = true;
   options.initial_state_std = 2.0;
@@ -232,7 +221,7 @@ TEST_CASE("random workload: parameter errors name the key", "[workload]") {
 }
 
 TEST_CASE("needle workload: parameter errors name the key", "[workload][needle]") {
-  const Shape shape = make_shape(1, 512, 4, 8, 32, 32);
+  const Shape shape = Shape::of(1, 512, 4, 8, 32, 32);
   auto make = [&](std::map<std::string, std::string> values) {
     return [=] { needle_workload(shape, 0, NeedleOptions::from_params(Params("workload", values))); };
   };
@@ -276,7 +265,7 @@ TEST_CASE("needle workload: parameter errors name the key", "[workload][needle]"
 
 TEST_CASE("needle workload: structure of the haystack, the needles and the truth", "[workload][needle]") {
   const int64_t T = 1024, K = 32, m = 8;
-  const Shape shape = make_shape(3, T, 4, 8, K, 16);
+  const Shape shape = Shape::of(3, T, 4, 8, K, 16);
   NeedleOptions options;
   options.task = NeedleTask::multiquery;
   options.needles = 3;
@@ -376,7 +365,7 @@ TEST_CASE("needle workload: structure of the haystack, the needles and the truth
 
 TEST_CASE("needle scoring: perfect and empty read-outs", "[workload][needle]") {
   const int64_t T = 256, HV = 4, V = 64;
-  const Shape shape = make_shape(2, T, 2, HV, 16, V);
+  const Shape shape = Shape::of(2, T, 2, HV, 16, V);
   NeedleOptions options;
   options.task = NeedleTask::multivalue;
   options.needles = 3;
@@ -437,7 +426,7 @@ NeedleAccuracy recall_of(const Shape& shape, NeedleTask task, uint64_t seed, boo
 
 TEST_CASE("needle workload: dense exact GDN recalls every variant", "[workload][needle]") {
   // Five sequences, one per default depth (0, 25, 50, 75, 100 %).
-  const Shape shape = make_shape(5, 2048, 4, 8, 64, 64);
+  const Shape shape = Shape::of(5, 2048, 4, 8, 64, 64);
   for (NeedleTask task :
        {NeedleTask::single, NeedleTask::multikey, NeedleTask::multivalue, NeedleTask::multiquery}) {
     SECTION(needle_task_name(task)) {
@@ -453,7 +442,7 @@ TEST_CASE("needle workload: dense exact GDN recalls every variant", "[workload][
 // hand with   sgdn_tests "[.needle_full]" -s
 TEST_CASE("needle workload: recall at the Qwen3.5 head shape", "[.needle_full]") {
   for (int64_t T : {4096, 8192}) {
-    const Shape shape = make_shape(5, T, 16, 32, 128, 128);
+    const Shape shape = Shape::of(5, T, 16, 32, 128, 128);
     for (NeedleTask task :
          {NeedleTask::single, NeedleTask::multikey, NeedleTask::multivalue, NeedleTask::multiquery}) {
       const NeedleAccuracy acc = recall_of(shape, task, 0, true);
