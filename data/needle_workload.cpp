@@ -511,6 +511,27 @@ std::vector<NeedleScore> needle_scores(const NeedleTruth& truth, const double* o
 std::vector<NeedleScore> needle_scores(const NeedleTruth& truth, const float* o, const Shape& shape) {
   return score_queries(truth, o, shape);
 }
+std::vector<int64_t> needle_query_tokens(const NeedleTruth& truth, const Shape& shape) {
+  std::vector<int64_t> tokens;
+  for (int64_t q = 0; q < truth.num_queries(); ++q)
+    tokens.push_back(int64_t(truth.query_sequence[size_t(q)]) * shape.tokens + truth.query_token[size_t(q)]);
+  return tokens;
+}
+
+std::vector<NeedleScore> needle_scores_on_query_rows(const NeedleTruth& truth, const float* o_rows,
+                                                     const Shape& shape) {
+  // The same questions asked of a batch of one sequence whose token q is query q.
+  NeedleTruth on_rows = truth;
+  for (int64_t q = 0; q < truth.num_queries(); ++q) {
+    on_rows.query_sequence[size_t(q)] = 0;
+    on_rows.query_token[size_t(q)] = int32_t(q);
+  }
+  Shape rows_shape = shape;
+  rows_shape.batch = 1;
+  rows_shape.tokens = truth.num_queries();
+  return score_queries(on_rows, o_rows, rows_shape);
+}
+
 std::vector<int32_t> needle_correct(const NeedleTruth& truth, const double* o, const Shape& shape) {
   return correct_of(truth, o, shape);
 }

@@ -143,6 +143,11 @@ std::vector<NeedleScore> needle_scores(const NeedleTruth& truth, const double* o
 std::vector<NeedleScore> needle_scores(const NeedleTruth& truth, const float* o, const Shape& shape);
 std::vector<int32_t> needle_correct(const NeedleTruth& truth, const double* o, const Shape& shape);
 std::vector<int32_t> needle_correct(const NeedleTruth& truth, const float* o, const Shape& shape);
+// The query rows of o (flat tokens b T + t, in query order) and the same scores from those rows alone, o_rows
+// being [n, HV, V] (n = queries): what a backend downloads when the needle metrics are all it is asked for.
+std::vector<int64_t> needle_query_tokens(const NeedleTruth& truth, const Shape& shape);
+std::vector<NeedleScore> needle_scores_on_query_rows(const NeedleTruth& truth, const float* o_rows,
+                                                     const Shape& shape);
 
 // Fraction correct per depth (ascending) and overall.
 struct NeedleAccuracy {

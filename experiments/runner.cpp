@@ -113,24 +113,6 @@ EngineResult<float> to_float(EngineResult<S>&& r) {
   }
 }
 
-// The needle scores when o holds only the query rows (row q = query q): the same questions asked of a batch
-// of one sequence whose token q is query q.
-std::vector<NeedleScore> scores_on_query_rows(const NeedleTruth& truth, const Tensor<float>& rows,
-                                              const Shape& shape) {
-  NeedleTruth on_rows = truth;
-  for (int64_t q = 0; q < truth.num_queries(); ++q) {
-    on_rows.query_sequence[size_t(q)] = 0;
-    on_rows.query_token[size_t(q)] = int32_t(q);
-  }
-  Shape rows_shape = shape;
-  rows_shape.batch = 1;
-  rows_shape.tokens = truth.num_queries();
-  require(rows.dims() == std::vector<int64_t>{1, rows_shape.tokens, shape.v_heads, shape.value_dim},
-          "needle scores: the backend returned o of shape ", dims_str(rows.dims()), " for ",
-          rows_shape.tokens, " query rows");
-  return needle_scores(on_rows, rows.data(), rows_shape);
-}
-
 // Runs one configuration and writes its part file.
 void execute_run(const RunSpec& run, PreparedWorkload& pw, const std::string& part_path) {
   // A normalised copy only where asked for: long workloads are large.
@@ -176,12 +158,8 @@ void execute_run(const RunSpec& run, PreparedWorkload& pw, const std::string& pa
     options.tensor_cores = options.input_precision == CudaPrecision::bfloat16;
     options.timing_repeats = int(run.get_int("run.timing_repeats"));
     // Only the rows the metrics read come back when o is neither compared nor dumped (needle sweeps).
-    if (!reference && !run.get_bool("dump.outputs") && pw.workload.needle) {
-      const NeedleTruth& truth = *pw.workload.needle;
-      for (int64_t q = 0; q < truth.num_queries(); ++q)
-        options.output_tokens.push_back(int64_t(truth.query_sequence[size_t(q)]) * inputs.shape.tokens +
-                                        truth.query_token[size_t(q)]);
-    }
+    if (!reference && !run.get_bool("dump.outputs") && pw.workload.needle)
+      options.output_tokens = needle_query_tokens(*pw.workload.needle, inputs.shape);
     if (normalized) {
       res = run_cuda(inputs.cast<float>(), config, options);
     } else {
@@ -263,8 +241,13 @@ void execute_run(const RunSpec& run, PreparedWorkload& pw, const std::string& pa
     if (pw.workload.needle) {
       const NeedleTruth& truth = *pw.workload.needle;
       // o holds either the whole batch or only the query rows, in query order (see output_tokens).
-      const std::vector<NeedleScore> scores = o_is_query_rows ? scores_on_query_rows(truth, res.o, shape)
-                                                              : needle_scores(truth, res.o.data(), shape);
+      if (o_is_query_rows)
+        require(res.o.dims() == std::vector<int64_t>{1, truth.num_queries(), shape.v_heads, shape.value_dim},
+                "needle scores: the backend returned o of shape ", dims_str(res.o.dims()), " for ",
+                truth.num_queries(), " query rows");
+      const std::vector<NeedleScore> scores = o_is_query_rows
+                                                  ? needle_scores_on_query_rows(truth, res.o.data(), shape)
+                                                  : needle_scores(truth, res.o.data(), shape);
       std::vector<int32_t> correct;
       Tensor<double> cosine({int64_t(scores.size())});
       for (size_t i = 0; i < scores.size(); ++i) {
