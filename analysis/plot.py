@@ -294,18 +294,25 @@ def plot_needle_heatmap(runs, out_dir, sel_label):
     # many configurations wrap onto further bands of panels (each band: every row, up to 9 configurations)
     bands = -(-len(configs) // 9)
     per_band = -(-len(configs) // bands)
-    fig, axes = plt.subplots(len(rows) * bands, per_band, squeeze=False, sharex=True, sharey=True,
-                             figsize=(1.6 + panel_w * per_band, 1.2 + (panel_h + 0.35) * len(rows) * bands))
+    # a thin spacer row between bands keeps one band's tick labels off the next band's titles
+    stride = len(rows) + 1
+    ratios = ([1.0] * len(rows) + [0.45]) * bands
+    fig, axes = plt.subplots(stride * bands - 1, per_band, squeeze=False, sharex=True, sharey=True,
+                             gridspec_kw={"height_ratios": ratios[:-1]},
+                             figsize=(1.6 + panel_w * per_band, 1.2 + (panel_h + 0.45) * len(rows) * bands))
     cmap = plt.get_cmap("viridis").copy()
     cmap.set_bad("lightgrey")
     image = None
+    for band in range(1, bands):
+        for ax in axes[band * stride - 1]:
+            ax.set_visible(False)
     for j in range(len(configs), bands * per_band):  # the last band's empty places
         for i in range(len(rows)):
-            axes[(bands - 1) * len(rows) + i][j % per_band].set_visible(False)
+            axes[(bands - 1) * stride + i][j % per_band].set_visible(False)
     for i, row in enumerate(rows):
         for j, cfg in enumerate(configs):
             band, col = divmod(j, per_band)
-            ax = axes[band * len(rows) + i][col]
+            ax = axes[band * stride + i][col]
             values = np.full((len(depths), len(lengths)), np.nan)
             for (c, rw, d, t), accs in cells.items():
                 if c == cfg and rw == row:
@@ -326,9 +333,10 @@ def plot_needle_heatmap(runs, out_dir, sel_label):
                 ax.set_ylabel(f"{row[0]}\nG={row[1]}{chr(10) + 'task ' + row[2] if row[2] else ''}\n\ndepth", fontsize=8, rotation=0, ha="right", va="center")
             if i == len(rows) - 1:
                 ax.set_xlabel("tokens", fontsize=8)
-    fig.colorbar(image, ax=axes.ravel().tolist(), shrink=0.9, label="needle accuracy")
+    fig.subplots_adjust(top=1.0 - 1.0 / fig.get_figheight())  # room for the title, not a band's worth
+    fig.colorbar(image, ax=[ax for ax in axes.ravel() if ax.get_visible()], shrink=0.9, label="needle accuracy")
     fig.suptitle("Needle accuracy by queried depth x length (cell = mean over runs; grey = no run)", fontsize=10,
-                 y=1.0 + 0.35 / fig.get_figheight())
+                 y=1.0 - 0.3 / fig.get_figheight())
     save(fig, out_dir, "needle_heatmap.png")
 
 
