@@ -107,6 +107,46 @@ double relative_error(double diff, double ref) {
 
 }  // namespace
 
+EngineCost engine_cost(const Shape& shape, const EngineConfig& cfg, const Tensor<uint8_t>& event_mask) {
+  const int64_t B = shape.batch, T = shape.tokens, HV = shape.v_heads, K = shape.key_dim, V = shape.value_dim;
+  const int64_t C = cfg.chunk, G = cfg.group, N = num_chunks(T, C);
+  require(event_mask.dims() == std::vector<int64_t>{B, HV, N}, "engine_cost: event mask of shape ",
+          dims_str(event_mask.dims()), " for ", shape.str(), " and chunk ", C);
+  EngineCost cost;
+  // Phase 3, following run_cpu's control flow: the output of every chunk from the local state, the carried
+  // state at selected events, the group-local state inside a group.
+  for (int64_t bh = 0; bh < B * HV; ++bh) {
+    const uint8_t* mask = event_mask.data() + bh * N;
+    bool local_is_carried = true;
+    for (int64_t c = 0; c < N; ++c) {
+      const double len = double(std::min(C, T - c * C)), kv = len * K * V;
+      if (c % G == 0) local_is_carried = true;
+      cost.flops += 2 * kv + 2 * kv + 2.0 * len * len * K + 2.0 * len * len * V;
+      if (mask[c]) {
+        cost.flops += local_is_carried ? 2 * kv : 4 * kv;
+        cost.sequential_flops += 4 * kv;
+      }
+      const bool group_end = c % G == G - 1 || c == N - 1;
+      if (!group_end && !(mask[c] && local_is_carried)) {
+        cost.flops += 2 * kv;
+        local_is_carried = false;
+      }
+    }
+  }
+  // The pre-pass of every chunk; the score's write norm counts only where the selector reads scores (dense,
+  // random and stride do not; the engine still records the scores for analysis).
+  double prepass = 0, dense = 0;
+  for (int64_t c = 0; c < N; ++c) {
+    const double len = double(std::min(C, T - c * C)), kv = len * K * V;
+    prepass += 2 * len * len * K + cfg.solver->flops_per_chunk(int64_t(len), K + V) +
+               (cfg.selector->uses_scores() ? 2 * kv : 0.0);
+    dense += 2 * len * len * K + len * (len - 1) * (K + V) + 6 * kv + 2 * len * len * (K + V);
+  }
+  cost.flops += prepass * double(B * HV);
+  cost.dense_flops = dense * double(B * HV);
+  return cost;
+}
+
 template <class S>
 EngineResult<S> run_cpu(const Inputs<S>& in, const EngineConfig& cfg) {
   const auto start = std::chrono::steady_clock::now();
@@ -181,8 +221,7 @@ EngineResult<S> run_cpu(const Inputs<S>& in, const EngineConfig& cfg) {
   // Phase 3: carried state over selected events, and the outputs of every chunk.
   std::mutex snapshot_mutex;
   std::vector<std::pair<std::array<int32_t, 3>, Mat<S>>> snapshots;
-  double flops = 0, sequential_flops = 0;
-#pragma omp parallel for collapse(2) schedule(dynamic) reduction(+ : flops, sequential_flops)
+#pragma omp parallel for collapse(2) schedule(dynamic)
   for (int64_t b = 0; b < B; ++b) {
     for (int64_t h = 0; h < HV; ++h) {
       const HeadView<S> view{in, b, h, C};
@@ -235,22 +274,17 @@ EngineResult<S> run_cpu(const Inputs<S>& in, const EngineConfig& cfg) {
         o.noalias() += intra_chunk_attention(chunk) * v_local;
         Eigen::Map<Mat<S>, 0, Eigen::OuterStride<>>(res.o.data() + ((b * T + c * C) * HV + h) * V, len, V,
                                                     Eigen::OuterStride<>(HV * V)) = scale * o;
-        const double kv = double(len) * K * V;
-        flops += 2 * kv + 2 * kv + 2.0 * len * len * K + 2.0 * len * len * V;
         // The carried state follows selected events only (SPEC §5).
         if (mask[c]) {
           if (local_is_carried) {
             carried = decay * local;
             carried.noalias() += chunk.k_to_end.transpose() * v_local;
-            flops += 2 * kv;
           } else {
             materialize();
             v_carried.noalias() = chunk.u - chunk.w * carried;
             carried *= decay;
             carried.noalias() += chunk.k_to_end.transpose() * v_carried;
-            flops += 4 * kv;
           }
-          sequential_flops += 4 * kv;
           if (cfg.keep_snapshots) local_snapshots.push_back({{int32_t(b), int32_t(h), int32_t(c)}, carried});
         } else {
           pending += chunk.chunk_log_decay;
@@ -261,7 +295,6 @@ EngineResult<S> run_cpu(const Inputs<S>& in, const EngineConfig& cfg) {
           } else {
             local *= decay;
             local.noalias() += chunk.k_to_end.transpose() * v_local;
-            flops += 2 * kv;
             local_is_carried = false;
           }
         }
@@ -289,19 +322,10 @@ EngineResult<S> run_cpu(const Inputs<S>& in, const EngineConfig& cfg) {
     }
   }
 
-  // Cost model: the pre-pass of every chunk (L, solver, the score's write norm) plus the phase-3 work.
-  double prepass = 0, dense = 0;
-  for (int64_t c = 0; c < N; ++c) {
-    const double len = double(std::min(C, T - c * C)), kv = len * K * V;
-    // The score's write norm counts only where the selector reads scores (dense, random and stride do not;
-    // the engine still records the scores for analysis).
-    prepass += 2 * len * len * K + cfg.solver->flops_per_chunk(int64_t(len), K + V) +
-               (cfg.selector->uses_scores() ? 2 * kv : 0.0);
-    dense += 2 * len * len * K + len * (len - 1) * (K + V) + 6 * kv + 2 * len * len * (K + V);
-  }
-  res.flops = flops + prepass * double(B * HV);
-  res.dense_flops = dense * double(B * HV);
-  res.sequential_flops = sequential_flops;
+  const EngineCost cost = engine_cost(in.shape, cfg, res.event_mask);
+  res.flops = cost.flops;
+  res.dense_flops = cost.dense_flops;
+  res.sequential_flops = cost.sequential_flops;
   res.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   return res;
 }

@@ -51,6 +51,16 @@ struct EngineResult {
   double seconds = 0;           // wall time of the engine call
 };
 
+// The cost model (SPEC §8) of a configuration and the event mask it produced: the pre-pass of every chunk
+// (L, the solver, the score's write norm where the selector reads scores), the output of every chunk, and the
+// state updates at selected events and inside groups. Every backend reports these counts for its run.
+struct EngineCost {
+  double flops = 0;
+  double dense_flops = 0;       // exact solver, every event kept
+  double sequential_flops = 0;  // on the carried-state chain (selected events only)
+};
+EngineCost engine_cost(const Shape& shape, const EngineConfig& config, const Tensor<uint8_t>& event_mask);
+
 // Runs the CPU backend. Validates the inputs and the configuration first (sgdn::Error naming the problem).
 template <class S>
 EngineResult<S> run_cpu(const Inputs<S>& inputs, const EngineConfig& config);

@@ -342,6 +342,10 @@ EngineResult<float> run_cuda(const CudaInputs& inputs, const EngineConfig& confi
   res.budget = Tensor<int32_t>({B, units});
   check_cuda(cudaMemcpy(res.budget.data(), budget.get(), budget.bytes(), cudaMemcpyDeviceToHost),
              "download budget");
+  const EngineCost cost = engine_cost(shape, config, res.event_mask);  // the same cost model as run_cpu
+  res.flops = cost.flops;
+  res.dense_flops = cost.dense_flops;
+  res.sequential_flops = cost.sequential_flops;
   if (config.keep_snapshots) {
     const cuda::SnapshotView view = cuda::snapshot_view(p, workspace.get());
     std::vector<int32_t> counts(size_t(B * HV)), chunks(size_t(view.max_slots));

@@ -211,3 +211,43 @@ TEST_CASE("state error rebuilt from snapshots equals the engine's own", "[engine
   }
   CHECK(worst > 1e-3);  // a sparse run: the states do differ
 }
+
+TEST_CASE("cost model: hand counts, and what run_cpu reports", "[engine]") {
+  // T = 100, C = 64: a full chunk and a ragged one of 36 tokens; K = 8, V = 4; one head.
+  const Shape shape = Shape::of(1, 100, 1, 1, 8, 4);
+  const auto s = make_strategies("exact", "update_norm", "dense");
+  const EngineConfig cfg = config_of(s, 64, 1, Granularity::pair);
+  Tensor<uint8_t> all({1, 1, 2}), none({1, 1, 2});
+  all.values() = {1, 1};
+  none.values() = {0, 0};
+  double out = 0, update = 0, seq = 0, prepass = 0, dense = 0;
+  for (const double len : {64.0, 36.0}) {
+    const double kv = len * 8 * 4;
+    out += 4 * kv + 2 * len * len * 8 + 2 * len * len * 4;  // W S, Q S, Q Kᵀ, A v
+    update += 2 * kv;                                       // Kᵀ v̂ (v̂ is the output's v when G = 1)
+    seq += 4 * kv;
+    prepass += 2 * len * len * 8 + s.solver->flops_per_chunk(int64_t(len), 12);
+    dense += 2 * len * len * 8 + len * (len - 1) * 12 + 6 * kv + 2 * len * len * 12;
+  }
+  const EngineCost kept = engine_cost(shape, cfg, all);
+  CHECK(kept.flops == Approx(out + update + prepass).epsilon(1e-12));
+  CHECK(kept.sequential_flops == Approx(seq).epsilon(1e-12));
+  CHECK(kept.dense_flops == Approx(dense).epsilon(1e-12));
+  CHECK(kept.flops == Approx(kept.dense_flops).epsilon(1e-12));  // dense exact is the dense count
+  const EngineCost dropped = engine_cost(shape, cfg, none);
+  CHECK(dropped.flops == Approx(out + prepass).epsilon(1e-12));
+  CHECK(dropped.sequential_flops == 0);
+  CHECK_THROWS_WITH(engine_cost(shape, cfg, Tensor<uint8_t>({1, 1, 3})), Catch::Contains("event mask"));
+
+  // run_cpu reports the same counts for its own mask, here with G = 2 (group-local updates) and a sparse
+  // mask.
+  const Inputs<double> in = random_inputs(Shape::of(2, 300, 2, 4, 16, 8), 5, true);
+  const auto sparse = make_strategies("block_adjacent", "update_norm", "topk",
+                                      {{"block", "8"}, {"band", "1"}}, {{"rho", "0.4"}});
+  const EngineConfig grouped = config_of(sparse, 32, 2, Granularity::pair);
+  const EngineResult<double> res = run_cpu(in, grouped);
+  const EngineCost cost = engine_cost(in.shape, grouped, res.event_mask);
+  CHECK(res.flops == cost.flops);
+  CHECK(res.sequential_flops == cost.sequential_flops);
+  CHECK(res.flops < res.dense_flops);
+}
