@@ -48,7 +48,7 @@ struct EngineResult {
   double flops = 0;            // floating-point operations of this configuration (cost model)
   double dense_flops = 0;       // the same count for exact solver and every event kept
   double sequential_flops = 0;  // the part on the carried-state chain (selected events only)
-  double seconds = 0;           // wall time of the engine call
+  double seconds = 0;           // wall time of the engine call (cuda: median GPU time of the forward)
 };
 
 // The cost model (SPEC §8) of a configuration and the event mask it produced: the pre-pass of every chunk

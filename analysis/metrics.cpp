@@ -124,7 +124,7 @@ Cost cost_of(const Shape& s, int64_t chunk, double flops, double dense_flops, do
   int64_t kept = 0;
   for (int64_t i = 0; i < event_mask.size(); ++i) kept += event_mask[i];
   Cost c;
-  // NaN where the backend has no cost model (cuda): "not measured", not "free".
+  // NaN where no cost model counted the run: "not measured", not "free".
   c.flops_ratio = dense_flops > 0 ? flops / dense_flops : std::numeric_limits<double>::quiet_NaN();
   const double dense_chain = 4.0 * double(s.tokens) * s.key_dim * s.value_dim * double(s.batch * s.v_heads);
   c.sequential_ratio = dense_chain > 0 ? sequential_flops / dense_chain : 0;

@@ -37,7 +37,7 @@ Tensor<double> state_error_from_snapshots(const Inputs<double>& inputs, int64_t 
 std::vector<double> state_error_by_chunk(const Tensor<double>& state_error);
 
 struct Cost {
-  double flops_ratio = 0;        // flops of the configuration / dense flops (NaN: no cost model)
+  double flops_ratio = 0;        // flops of the configuration / dense flops (NaN: not counted)
   double sequential_ratio = 0;   // flops on the carried-state chain / the dense chain's
   double state_bytes = 0;        // carried states kept (snapshots, fp32)
   double dense_state_bytes = 0;  // a state per chunk and head, as a dense chunked kernel writes (fp32)

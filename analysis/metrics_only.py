@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
-"""A small copy of an experiment file for sharing: every run's attributes and metrics, the workloads'
-attributes and needle truth, the file's schema attributes; no events, states, inputs or outputs.
+"""A small copy of an experiment file for sharing: every run's attributes and metrics, the workload groups'
+own attributes and needle truth, the file's schema attributes; no events, states, inputs (nor the attributes of
+their group) or outputs.
 sgdn analyze and analysis/plot.py read it like the full file.
 
     python3 analysis/metrics_only.py needle_gpu.h5 needle_gpu_metrics.h5
@@ -27,6 +28,16 @@ def main():
     except OSError as e:
         sys.exit(f"metrics_only.py: cannot read '{args.source}' as HDF5: {e}")
     tmp = args.target + ".tmp"
+    try:
+        copy(src, tmp)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.remove(tmp)  # nothing half-written left behind
+        raise
+    os.replace(tmp, args.target)  # nothing half-written under the target's name
+
+
+def copy(src, tmp):
     with src, h5py.File(tmp, "w") as dst:
         copy_attrs(src, dst)
         for wid, w in src.get("workloads", {}).items():
@@ -41,7 +52,6 @@ def main():
             group.attrs["written"] = "metrics"
             if "metrics" in r:
                 src.copy(r["metrics"], group, name="metrics")
-    os.replace(tmp, args.target)  # nothing half-written under the target's name
 
 
 if __name__ == "__main__":

@@ -66,7 +66,7 @@ std::string budget_label(const RunRecord& r) {
 double metric(const RunRecord& r, const std::string& key) {
   auto it = r.metrics.find(key);
   if (it == r.metrics.end()) return std::nan("");
-  // A metric stored as NaN (e.g. flops_ratio where the backend has no cost model) reads back as such.
+  // A metric stored as NaN (e.g. a flops_ratio that nothing counted) reads back as such.
   const std::string& text = it->second;
   if (text == "nan" || text == "-nan" || text == "NaN") return std::nan("");
   return parse_double(key, text);
@@ -142,7 +142,7 @@ void print_analysis(std::ostream& out, const std::vector<RunRecord>& runs) {
       ++a.err_n;
     }
     a.ret += metric(r, "retention");
-    if (const double f = metric(r, "flops_ratio"); !std::isnan(f)) {  // NaN or absent: no cost model
+    if (const double f = metric(r, "flops_ratio"); !std::isnan(f)) {  // NaN or absent: not counted
       a.flops += f;
       ++a.flops_n;
     }

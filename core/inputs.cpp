@@ -32,19 +32,6 @@ Inputs<Scalar> make_inputs(const Shape& shape, bool with_initial_state) {
 
 namespace {
 
-// The first flat index whose value is `bad`, or -1. Scanned on every core: at 128K tokens q, k and v are
-// gigabytes.
-template <class Scalar, class Bad>
-int64_t first_index_where(const Tensor<Scalar>& t, Bad bad) {
-  const int64_t n = t.size();
-  const Scalar* x = t.data();
-  int64_t first = n;
-#pragma omp parallel for reduction(min : first) schedule(static)
-  for (int64_t i = 0; i < n; ++i)
-    if (i < first && bad(x[i])) first = i;
-  return first == n ? -1 : first;
-}
-
 template <class Scalar>
 void check_tensor(const char* name, const Tensor<Scalar>& t, const std::vector<int64_t>& expected) {
   require(t.dims() == expected, "input ", name, " has shape ", dims_str(t.dims()), " but the shape ",

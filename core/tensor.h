@@ -51,4 +51,17 @@ class Tensor {
 
 std::string dims_str(const std::vector<int64_t>& dims);
 
+// The first flat index whose value is `bad`, or -1. Scanned on every core (an OpenMP min-reduction): at 128K
+// tokens q, k and v are gigabytes.
+template <class T, class Bad>
+int64_t first_index_where(const Tensor<T>& t, Bad bad) {
+  const int64_t n = t.size();
+  const T* x = t.data();
+  int64_t first = n;
+#pragma omp parallel for reduction(min : first) schedule(static)
+  for (int64_t i = 0; i < n; ++i)
+    if (i < first && bad(x[i])) first = i;
+  return first == n ? -1 : first;
+}
+
 }  // namespace sgdn

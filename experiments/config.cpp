@@ -257,7 +257,7 @@ RunSpec resolve_run(const Settings& settings) {
   } else {
     require(precision == "bfloat16" || precision == "float32", "run.precision = '", precision,
             "' is not available on the cuda backend; allowed: bfloat16, float32");
-    take_int("run.timing_repeats", 1);  // a cuda key only: cpu run ids stay as they were
+    take_int("run.timing_repeats", 1);  // a cuda key only, and not part of the run id
   }
   take_int("run.chunk", 1);
   take_int("run.group", 1);
@@ -294,8 +294,12 @@ RunSpec resolve_run(const Settings& settings) {
   make_run_strategies(run);  // parameter ranges, block vs chunk
   // Canonical text, so that `0.1` and `0.10`, or `yes` and `true`, are one run.
   for (auto& [key, v] : r) v = canonical_value(v);
+  // How a run is measured is not what it computes: the timing repeats stay out of its identity, so a rerun with
+  // more repeats finds the run done.
+  static const std::set<std::string> measurement_only = {"run.timing_repeats"};
   std::string text;
-  for (const auto& [key, v] : r) text += key + "=" + v + "\n";
+  for (const auto& [key, v] : r)
+    if (!measurement_only.count(key)) text += key + "=" + v + "\n";
   run.id = "r" + short_hash(text);
   return run;
 }

@@ -7,7 +7,7 @@ import sys
 import h5py
 import numpy as np
 
-IGNORED = {"backend", "run.backend", "run.precision", "label", "written"}
+IGNORED = {"backend", "run.backend", "run.precision", "run.timing_repeats", "label", "written"}
 
 
 def runs(f):

@@ -152,3 +152,17 @@ TEST_CASE("the cuda backend on a build without it is an error before anything ru
                     Catch::Contains("built without the CUDA backend"));
 }
 #endif
+
+#ifdef SGDN_WITH_CUDA
+TEST_CASE("timing repeats are checked but not part of a cuda run's identity", "[config]") {
+  const auto id_with = [](const std::string& repeats) {
+    return parse_experiment(kSmall,
+                            {"run.backend=cuda", "run.precision=bfloat16", "run.timing_repeats=" + repeats})
+        .expand()
+        .front()
+        .id;
+  };
+  CHECK(id_with("1") == id_with("7"));
+  CHECK_THROWS_WITH(id_with("0"), Catch::Contains("run.timing_repeats"));
+}
+#endif

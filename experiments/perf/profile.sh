@@ -28,6 +28,8 @@ if head is None:
 cols = rows[head]
 src = cols.index("Source")
 stall = next((i for i, c in enumerate(cols) if "Stall Sampling (All" in c), None)
+if stall is None:
+    print(f"\n{kernel}: no stall-sampling column"); sys.exit()
 detail = [i for i, c in enumerate(cols) if c.startswith("stall_") or "Warp Stall" in c]
 body = [r for r in rows[head + 1:] if len(r) == len(cols)]
 def num(x):
