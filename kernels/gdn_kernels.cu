@@ -909,7 +909,7 @@ __device__ __forceinline__ void copy_rows(bf16* dst, const bf16* src, int64_t gs
 }
 
 // ---- prepare: γ, L (band), T = (I + L)^-1 in fp32, U = T diag(β) V, W = T diag(β e^γ) K in bf16, Γ,
-// statistic. 128 threads (4 warps); warp w owns rows 16w..16w+15 of every 64-row product. Shared memory, 56
+// statistic. 128 threads (4 warps); warp w owns rows 16w..16w+15 of every 64-row product. Shared memory, 54
 // KB so that 4 blocks share a multiprocessor: L (fp32) and later Au | Aw (bf16) share one region; T (fp32)
 // and later V (bf16, then U for the statistic) share another.
 constexpr int kLdL = kC + 8;   // fp32 row stride of L (= 2 x kLdC bf16: Au and Aw fit in its bytes)
