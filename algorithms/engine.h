@@ -53,8 +53,7 @@ struct EngineResult {
 
 // The cost model (SPEC §8) of a configuration and the event mask it produced: the pre-pass of every chunk
 // (L, the solver, the score's write norm where the selector reads scores), the output of every chunk, and the
-// state updates at selected events and inside groups. run_cpu reports these counts for its run; run_cuda does
-// not fill them yet (its runs show "-" under flops/dense), though the same call would count a GPU run's mask.
+// state updates at selected events and inside groups. Every backend reports these counts for its run.
 struct EngineCost {
   double flops = 0;
   double dense_flops = 0;       // exact solver, every event kept

@@ -97,10 +97,7 @@ const std::map<std::string, KeySpec>& config_keys() {
                           "float64 | float32 on cpu; bfloat16 | float32 inputs on cuda",
                           {"float64", "float32", "bfloat16"}};
     k["run.timing_repeats"] = {
-        "1",
-        "cuda: the forward runs this many times (odd: an even count reports the upper middle time); "
-        "metrics/seconds is the median GPU time",
-        {}};
+        "1", "cuda: the forward runs this many times; metrics/seconds is the median GPU time", {}};
     k["run.chunk"] = {"64", "chunk size C", {}};
     k["run.group"] = {"1", "output window G in chunks (SPEC §6)", {}};
     k["run.normalize_qk"] = {"false", "L2-normalise q and k before the run", {}};
@@ -297,8 +294,8 @@ RunSpec resolve_run(const Settings& settings) {
   make_run_strategies(run);  // parameter ranges, block vs chunk
   // Canonical text, so that `0.1` and `0.10`, or `yes` and `true`, are one run.
   for (auto& [key, v] : r) v = canonical_value(v);
-  // How a run is measured is not what it computes: the timing repeats stay out of its identity, so a rerun
-  // with more repeats finds the run done.
+  // How a run is measured is not what it computes: the timing repeats stay out of its identity, so a rerun with
+  // more repeats finds the run done.
   static const std::set<std::string> measurement_only = {"run.timing_repeats"};
   std::string text;
   for (const auto& [key, v] : r)

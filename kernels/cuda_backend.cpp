@@ -6,6 +6,8 @@
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
+#include <cfloat>
+#include <cmath>
 #include <cstring>
 #include <type_traits>
 #include <vector>
@@ -41,6 +43,19 @@ class DeviceBuffer {
  private:
   void* ptr_ = nullptr;
   size_t bytes_ = 0;
+};
+
+// A CUDA event destroyed on scope exit.
+class Event {
+ public:
+  Event() { check_cuda(cudaEventCreate(&event_), "cudaEventCreate"); }
+  ~Event() { cudaEventDestroy(event_); }
+  Event(const Event&) = delete;
+  Event& operator=(const Event&) = delete;
+  cudaEvent_t get() const { return event_; }
+
+ private:
+  cudaEvent_t event_ = nullptr;
 };
 
 // float -> bfloat16 bits, round to nearest even (NaN kept quiet).
@@ -191,10 +206,26 @@ struct CudaInputs::Impl {
   std::unique_ptr<DeviceBuffer> q, k, v, beta, g, s0, cu_seqlens;
 };
 
+// float64 inputs must fit float32, the widest type on the device.
+template <class S>
+void require_float_range(const char* name, const Tensor<S>& t) {
+  if constexpr (!std::is_same_v<S, float>) {
+    const int64_t i = first_index_where(t, [](S x) { return std::abs(double(x)) > double(FLT_MAX); });
+    if (i >= 0)
+      fail("input ", name, " holds ", double(t[i]), " at flat index ", i,
+           ": outside the float32 range of the CUDA backend");
+  }
+}
+
 template <class S>
 CudaInputs::CudaInputs(const Inputs<S>& inputs, CudaPrecision precision, int device)
     : impl_(std::make_unique<Impl>()) {
   validate(inputs);
+  require_float_range("q", inputs.q);
+  require_float_range("k", inputs.k);
+  require_float_range("v", inputs.v);
+  require_float_range("g", inputs.g);
+  require_float_range("initial_state", inputs.initial_state);
   check_cuda(cudaSetDevice(device), "cudaSetDevice");
   Impl& m = *impl_;
   m.shape = inputs.shape;
@@ -280,31 +311,24 @@ EngineResult<float> run_cuda(const CudaInputs& inputs, const EngineConfig& confi
   check_cuda(cudaMemset(o.get(), 0xFF, o.bytes()), "poison o");
   check_cuda(cudaMemset(final_state.get(), 0xFF, final_state.bytes()), "poison final state");
   check_cuda(cudaMemset(mask.get(), 0xFF, mask.bytes()), "poison mask");
-  cudaEvent_t before = nullptr, after = nullptr;
-  check_cuda(cudaEventCreate(&before), "cudaEventCreate");
-  check_cuda(cudaEventCreate(&after), "cudaEventCreate");
+  const Event before, after;
   std::vector<double> times;
   for (int repeat = 0; repeat < options.timing_repeats; ++repeat) {
-    check_cuda(cudaEventRecord(before, nullptr), "cudaEventRecord");
+    check_cuda(cudaEventRecord(before.get(), nullptr), "cudaEventRecord");
     const std::string error = cuda::forward(p, t, workspace.get(), workspace.bytes(), nullptr);
-    if (!error.empty()) {
-      cudaEventDestroy(before);
-      cudaEventDestroy(after);
-      fail("CUDA backend: ", error);
-    }
-    check_cuda(cudaEventRecord(after, nullptr), "cudaEventRecord");
-    check_cuda(cudaEventSynchronize(after), "the CUDA engine");
+    if (!error.empty()) fail("CUDA backend: ", error);
+    check_cuda(cudaEventRecord(after.get(), nullptr), "cudaEventRecord");
+    check_cuda(cudaEventSynchronize(after.get()), "the CUDA engine");
     float ms = 0;
-    check_cuda(cudaEventElapsedTime(&ms, before, after), "cudaEventElapsedTime");
+    check_cuda(cudaEventElapsedTime(&ms, before.get(), after.get()), "cudaEventElapsedTime");
     times.push_back(ms * 1e-3);
   }
-  cudaEventDestroy(before);
-  cudaEventDestroy(after);
   check_cuda(cudaDeviceSynchronize(), "the CUDA engine");
 
   EngineResult<float> res;
   std::sort(times.begin(), times.end());
-  res.seconds = times[times.size() / 2];
+  const size_t mid = times.size() / 2;
+  res.seconds = times.size() % 2 ? times[mid] : 0.5 * (times[mid - 1] + times[mid]);  // the median
   // o: whole, or the requested rows (one copy of HV V elements per row).
   const int64_t row_elems = HV * V;
   const bool rows_only = !options.output_tokens.empty();
@@ -342,6 +366,10 @@ EngineResult<float> run_cuda(const CudaInputs& inputs, const EngineConfig& confi
   res.budget = Tensor<int32_t>({B, units});
   check_cuda(cudaMemcpy(res.budget.data(), budget.get(), budget.bytes(), cudaMemcpyDeviceToHost),
              "download budget");
+  const EngineCost cost = engine_cost(shape, config, res.event_mask);  // the same cost model as run_cpu
+  res.flops = cost.flops;
+  res.dense_flops = cost.dense_flops;
+  res.sequential_flops = cost.sequential_flops;
   if (config.keep_snapshots) {
     const cuda::SnapshotView view = cuda::snapshot_view(p, workspace.get());
     std::vector<int32_t> counts(size_t(B * HV)), chunks(size_t(view.max_slots));

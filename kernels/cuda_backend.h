@@ -47,9 +47,10 @@ class CudaInputs {
 // Runs the GPU engine on a fixed-length batch: validates the configuration (sgdn::Error naming what is
 // wrong; a solver without a banded form, or a score or selector the GPU lacks, is an error naming it), runs,
 // and fills o, final_state, event_mask, event_score, budget, and snapshots / snapshot_index when
-// config.keep_snapshots. chunk_states and state_error are not filled. `seconds` is the GPU time of the
-// forward (stream events around it; the median over options.timing_repeats), without uploads and downloads.
-// options.input_precision must equal the precision the inputs were uploaded in.
+// config.keep_snapshots; flops / dense_flops / sequential_flops from engine_cost. chunk_states and
+// state_error are not filled. `seconds` is the GPU time of the forward (stream events around it; the median
+// over options.timing_repeats), without uploads and downloads. options.input_precision must equal the
+// precision the inputs were uploaded in.
 EngineResult<float> run_cuda(const CudaInputs& inputs, const EngineConfig& config,
                              const CudaRunOptions& options);
 // The same after validating and uploading `inputs` for this run only.

@@ -20,6 +20,7 @@
 #include <cuda_bf16.h>
 #include <cub/cub.cuh>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -94,14 +95,28 @@ size_t align_up(size_t x) {
   return (x + 255) & ~size_t(255);
 }
 
+// Bits of a sort key's tie part: enough for t = c * units + u < max_chunks * v_heads (at most 31, checked by
+// forward). The key is the order-preserving score above them, so a sort reads 32 + tie bits, not 64.
+int key_tie_bits(const Problem& p) {
+  const int64_t count = p.max_chunks() * p.v_heads;
+  int bits = 1;
+  while ((int64_t(1) << bits) < count) ++bits;
+  return bits;
+}
+
+// Temporary storage for the larger of the two sorts the selection uses: per segment (sequence or unit) and,
+// for one sequence, over the whole device.
 size_t cub_sort_bytes(const Problem& p) {
   const int64_t items = p.max_chunks() * p.v_heads;
   const int64_t segments = p.num_seqs * p.v_heads;
-  size_t bytes = 0;
+  const int end_bit = 32 + key_tie_bits(p);
+  size_t segmented = 0, whole = 0;
   cub::DeviceSegmentedRadixSort::SortKeysDescending(
-      nullptr, bytes, static_cast<const uint64_t*>(nullptr), static_cast<uint64_t*>(nullptr), items, segments,
-      static_cast<const int32_t*>(nullptr), static_cast<const int32_t*>(nullptr), 0, 64);
-  return bytes;
+      nullptr, segmented, static_cast<const uint64_t*>(nullptr), static_cast<uint64_t*>(nullptr), items,
+      segments, static_cast<const int32_t*>(nullptr), static_cast<const int32_t*>(nullptr), 0, end_bit);
+  cub::DeviceRadixSort::SortKeysDescending(nullptr, whole, static_cast<const uint64_t*>(nullptr),
+                                           static_cast<uint64_t*>(nullptr), items, 0, end_bit);
+  return std::max(segmented, whole);
 }
 
 Workspace carve(const Problem& p, void* base) {
@@ -201,6 +216,12 @@ __global__ void default_cu_seqlens_kernel(int32_t* cu, int64_t total) {
 // ---------------------------------------------------------------------------------------------------------
 // 2. Pre-pass per (chunk, value head). Shared memory: k [C][K], rhs [C][V+K] (β⊙V | β⊙e^γ⊙K, solved in
 // place into U | W), L [C][C], γ [C], β [C].
+// The first column that row i of L keeps under the solver's band (blocks of `block` rows, `band` blocks below
+// the diagonal; band < 0: every column).
+__device__ __forceinline__ int band_first(int i, int block, int band) {
+  return band < 0 ? 0 : max(0, (i / block - band) * block);
+}
+
 struct PrepareArgs {
   const void* k;
   const void* v;
@@ -261,8 +282,7 @@ __global__ void __launch_bounds__(kThreads) prepare_kernel(PrepareArgs a) {
   for (int e = threadIdx.x; e < len * len; e += blockDim.x) {
     const int i = e / len, j = e % len;
     float value = 0.f;
-    const bool kept = j < i && (a.band < 0 || (i / a.block) - (j / a.block) <= a.band);
-    if (kept) {
+    if (j < i && j >= band_first(i, a.block, a.band)) {
       float dot = 0.f;
       for (int d = 0; d < K; ++d) dot += ks[i * K + d] * ks[j * K + d];
       value = bet[i] * dot * __expf(gam[i] - gam[j]);
@@ -279,7 +299,7 @@ __global__ void __launch_bounds__(kThreads) prepare_kernel(PrepareArgs a) {
   // independent, so no barrier is needed inside. Row i only reads the rows its band keeps.
   for (int col = threadIdx.x; col < R; col += blockDim.x) {
     for (int i = 1; i < len; ++i) {
-      const int first = a.band < 0 ? 0 : max(0, (i / a.block - a.band) * a.block);
+      const int first = band_first(i, a.block, a.band);
       float x = rhs[i * R + col];
       for (int j = first; j < i; ++j) x -= lm[i * C + j] * rhs[j * R + col];
       rhs[i * R + col] = x;
@@ -399,32 +419,34 @@ __device__ __forceinline__ int64_t budget_of(double rho, int64_t n) {
   return llround(rho * double(n));
 }
 
-// Sort key: the score made order-preserving in the upper 32 bits, and in the lower 32 bits the complement
-// of t = c * units + u, so that a descending sort puts equal scores in order of the earlier chunk, then
-// the lower unit (the CPU selectors' tie rule).
-__device__ __forceinline__ uint64_t score_key(float score, int64_t c, int units, int u) {
+// Sort key: the score made order-preserving in 32 bits above `tie_bits` bits holding the complement of
+// t = c * units + u, so that a descending sort puts equal scores in order of the earlier chunk, then the
+// lower unit (the CPU selectors' tie rule).
+__device__ __forceinline__ uint64_t score_key(float score, int64_t c, int units, int u, int tie_bits) {
   if (score == 0.f) score = 0.f;  // -0 -> +0
   uint32_t bits = __float_as_uint(score);
   bits = (bits & 0x80000000u) ? ~bits : (bits | 0x80000000u);
-  const uint32_t t = uint32_t(c * units + u);
-  return (uint64_t(bits) << 32) | uint64_t(0xFFFFFFFFu - t);
+  const uint64_t mask = (uint64_t(1) << tie_bits) - 1;
+  return (uint64_t(bits) << tie_bits) | (mask - uint64_t(c * units + u));
 }
-__device__ __forceinline__ void decode_key(uint64_t key, int units, int64_t* c, int* u) {
-  const uint32_t t = 0xFFFFFFFFu - uint32_t(key & 0xFFFFFFFFu);
+__device__ __forceinline__ void decode_key(uint64_t key, int units, int tie_bits, int64_t* c, int* u) {
+  const uint64_t mask = (uint64_t(1) << tie_bits) - 1;
+  const int64_t t = int64_t(mask - (key & mask));
   *c = t / units;
   *u = int(t % units);
 }
 
 // Keys and segment bounds; per_unit: one segment per (sequence, unit), else one per sequence.
-__global__ void build_keys_kernel(const int32_t* chunk_offset, int HV, int units, const float* unit_score,
-                                  bool per_unit, uint64_t* keys, int32_t* seg_begin, int32_t* seg_end) {
+__global__ void build_keys_kernel(const int32_t* chunk_offset, int HV, int units, int tie_bits,
+                                  const float* unit_score, bool per_unit, uint64_t* keys, int32_t* seg_begin,
+                                  int32_t* seg_end) {
   const int64_t s = blockIdx.x;
   const int64_t n = chunk_offset[s + 1] - chunk_offset[s];
   const int64_t base = int64_t(chunk_offset[s]) * HV;
   for (int64_t e = threadIdx.x; e < n * units; e += blockDim.x) {
     const int u = int(e / n);
     const int64_t c = e % n;
-    keys[base + e] = score_key(unit_score[base + e], c, units, u);
+    keys[base + e] = score_key(unit_score[base + e], c, units, u, tie_bits);
   }
   if (per_unit) {
     for (int u = threadIdx.x; u < units; u += blockDim.x) {
@@ -438,8 +460,9 @@ __global__ void build_keys_kernel(const int32_t* chunk_offset, int HV, int units
 }
 
 // Marks the first `keep` entries of each per-unit sorted segment (topk, random, head_budget's floor).
-__global__ void mark_top_per_unit_kernel(const int32_t* chunk_offset, int HV, int units, double rho,
-                                         int64_t fixed_keep, const uint64_t* sorted, uint8_t* unit_mask) {
+__global__ void mark_top_per_unit_kernel(const int32_t* chunk_offset, int HV, int units, int tie_bits,
+                                         double rho, int64_t fixed_keep, const uint64_t* sorted,
+                                         uint8_t* unit_mask) {
   const int64_t s = blockIdx.x;
   const int u = blockIdx.y;
   const int64_t n = chunk_offset[s + 1] - chunk_offset[s];
@@ -448,14 +471,15 @@ __global__ void mark_top_per_unit_kernel(const int32_t* chunk_offset, int HV, in
   for (int64_t i = threadIdx.x; i < keep; i += blockDim.x) {
     int64_t c;
     int uu;
-    decode_key(sorted[base + u * n + i], units, &c, &uu);
+    decode_key(sorted[base + u * n + i], units, tie_bits, &c, &uu);
     unit_mask[base + uu * n + c] = 1;
   }
 }
 
 // head_budget: walk the sequence's events in score order and keep the first `remaining` not yet kept.
-__global__ void mark_shared_budget_kernel(const int32_t* chunk_offset, int HV, int units, double rho,
-                                          int64_t floor_each, const uint64_t* sorted, uint8_t* unit_mask) {
+__global__ void mark_shared_budget_kernel(const int32_t* chunk_offset, int HV, int units, int tie_bits,
+                                          double rho, int64_t floor_each, const uint64_t* sorted,
+                                          uint8_t* unit_mask) {
   using BlockScan = cub::BlockScan<int, 1024>;
   __shared__ typename BlockScan::TempStorage scan_storage;
   __shared__ int64_t taken_before;
@@ -473,7 +497,7 @@ __global__ void mark_shared_budget_kernel(const int32_t* chunk_offset, int HV, i
     int u = 0;
     int free_slot = 0;
     if (i < n * units) {
-      decode_key(sorted[base + i], units, &c, &u);
+      decode_key(sorted[base + i], units, tie_bits, &c, &u);
       free_slot = unit_mask[base + u * n + c] ? 0 : 1;
     }
     int before = 0, tile_total = 0;
@@ -909,12 +933,42 @@ __device__ __forceinline__ void copy_rows(bf16* dst, const bf16* src, int64_t gs
 }
 
 // ---- prepare: γ, L (band), T = (I + L)^-1 in fp32, U = T diag(β) V, W = T diag(β e^γ) K in bf16, Γ,
-// statistic. 128 threads (4 warps); warp w owns rows 16w..16w+15 of every 64-row product. Shared memory, 54
+// statistic. 128 threads (4 warps); warp w owns rows 16w..16w+15 of every 64-row product. Shared memory, 56
 // KB so that 4 blocks share a multiprocessor: L (fp32) and later Au | Aw (bf16) share one region; T (fp32)
 // and later V (bf16, then U for the statistic) share another.
 constexpr int kLdL = kC + 8;   // fp32 row stride of L (= 2 x kLdC bf16: Au and Aw fit in its bytes)
 constexpr int kLdTm = kC + 4;  // fp32 row stride of T (= kLd bf16: a 64 x 128 bf16 tile fits in its bytes)
-constexpr int kLdX = 16;       // fp32 row stride of the block solve's X (16-byte aligned rows for float4)
+constexpr int kLdX = 16;       // fp32 row stride of the block solve's X (a warp's 16 x 16 scratch tile)
+// The scratch tile's column for (r, c): bit 3 flipped on rows 2, 3 (mod 4) so that the B-fragment loads
+// (rows t and t + 4, t < 4; eight columns) fall in 32 distinct banks.
+__device__ __forceinline__ int xs_col(int r, int c) {
+  return c ^ (r & 2 ? 8 : 0);
+}
+__device__ __forceinline__ uint32_t to_tf32(float x) {
+  uint32_t r;
+  asm("cvt.rna.tf32.f32 %0, %1;\n" : "=r"(r) : "f"(x));
+  return r;
+}
+// acc (16 x 16: two n8 tiles) += A B for 16 x 16 fp32 tiles in shared memory (row strides lda, ldb), tf32
+// operands, fp32 accumulation. B is the block solve's scratch tile (swizzled by xs_col) when b_scratch.
+__device__ __forceinline__ void mma_16x16_tf32(float (&acc)[2][4], const float* a, int lda, const float* b,
+                                               int ldb, bool b_scratch = false) {
+  const int lane = threadIdx.x & 31, gq = lane >> 2, tq = lane & 3;
+  for (int k0 = 0; k0 < 16; k0 += 8) {
+    const uint32_t a0 = to_tf32(a[gq * lda + k0 + tq]), a1 = to_tf32(a[(gq + 8) * lda + k0 + tq]);
+    const uint32_t a2 = to_tf32(a[gq * lda + k0 + tq + 4]), a3 = to_tf32(a[(gq + 8) * lda + k0 + tq + 4]);
+    for (int nt = 0; nt < 2; ++nt) {
+      const int r0 = k0 + tq, r1 = k0 + tq + 4, c = nt * 8 + gq;
+      const uint32_t b0 = to_tf32(b[r0 * ldb + (b_scratch ? xs_col(r0, c) : c)]);
+      const uint32_t b1 = to_tf32(b[r1 * ldb + (b_scratch ? xs_col(r1, c) : c)]);
+      asm volatile(
+          "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+          "{%0,%1,%2,%3};\n"
+          : "+f"(acc[nt][0]), "+f"(acc[nt][1]), "+f"(acc[nt][2]), "+f"(acc[nt][3])
+          : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+    }
+  }
+}
 struct PrepSmem {
   bf16 k[kC * kLd];
   float lm[kC * kLdL];      // L, then Au = bf16(T diag β) and Aw = bf16(T diag(β e^γ))
@@ -977,18 +1031,30 @@ __global__ void __launch_bounds__(128) prepare_tc_kernel(PrepareArgs a, bf16* u_
   {
     const int m0 = warp * 16;
     warp_tile_mma<4, kD, false, true>(kk, sm.k, kLd, m0, sm.k, kLd, 0);
+    // This thread's two rows i = m0 + gq (+ 8): β, γ and the band's first column once per row.
+    int row[2], first[2];
+    float brow[2], grow[2];
+    for (int half = 0; half < 2; ++half) {
+      row[half] = m0 + gq + half * 8;
+      first[half] = band_first(row[half], a.block, a.band);
+      brow[half] = sm.bet[row[half]];
+      grow[half] = sm.gam[row[half]];
+    }
     for (int nt = 0; nt < 8; ++nt)
-      for (int r = 0; r < 4; ++r) {
-        const int i = m0 + gq + (r >> 1) * 8, j = nt * 8 + tq * 2 + (r & 1);
-        const bool kept = j < i && (a.band < 0 || (i / a.block) - (j / a.block) <= a.band);
-        sm.lm[i * kLdL + j] = kept ? sm.bet[i] * kk[nt][r] * __expf(sm.gam[i] - sm.gam[j]) : 0.f;
+      for (int c2 = 0; c2 < 2; ++c2) {
+        const int j = nt * 8 + tq * 2 + c2;
+        const float gj = sm.gam[j];
+        for (int half = 0; half < 2; ++half) {
+          const bool kept = j < row[half] && j >= first[half];
+          const float x = kk[nt][2 * half + c2];
+          sm.lm[row[half] * kLdL + j] = kept ? brow[half] * x * __expf(grow[half] - gj) : 0.f;
+        }
       }
   }
   __syncthreads();
   // T = (I + L)^-1 by 16 x 16 blocks (the band is already in L's zeros): the diagonal blocks by forward
   // substitution, one column per thread with the column in registers (threads 0..63); the blocks above the
-  // diagonal zeroed meanwhile (threads 64..127); then block rows I = 1..3: X_IJ = Σ_{J<=M<I} L_IM T_MJ and
-  // T_IJ = −T_II X_IJ.
+  // diagonal zeroed meanwhile (threads 64..127); then the blocks below the diagonal (below).
   if (threadIdx.x < kC) {
     const int col = threadIdx.x, b0 = col & ~15, c = col - b0;
     float x[16];
@@ -1011,39 +1077,34 @@ __global__ void __launch_bounds__(128) prepare_tc_kernel(PrepareArgs a, bf16* u_
     }
   }
   __syncthreads();
-  // Each thread takes strips of 4 columns (float4 loads of T and X rows: a quarter of the shared loads).
-  for (int bi = 1; bi < 4; ++bi) {
-    for (int e = threadIdx.x; e < bi * 64; e += blockDim.x) {
-      const int bj = e >> 6, r = (e >> 2) & 15, c4 = (e & 3) * 4;
-      const int i = bi * 16 + r;
-      float4 x = make_float4(0.f, 0.f, 0.f, 0.f);
-      for (int m = bj * 16; m < bi * 16; ++m) {
-        const float l = sm.lm[i * kLdL + m];
-        const float4 t = *reinterpret_cast<const float4*>(&sm.tm[m * kLdTm + bj * 16 + c4]);
-        x.x += l * t.x;
-        x.y += l * t.y;
-        x.z += l * t.z;
-        x.w += l * t.w;
-      }
-      *reinterpret_cast<float4*>(&sm.xs[(bj * 16 + r) * kLdX + c4]) = x;
+  // Below the diagonal, column block J by warp J (no barrier between block rows: every T_MJ a product reads
+  // is this warp's own): for I = J+1..3, X = Σ_{J<=M<I} L_IM T_MJ and T_IJ = −T_II X, 16 x 16 products on
+  // tensor cores in tf32 (fp32 accumulation; operands rounded to 10-bit mantissas, below the bf16 rounding of
+  // Au / Aw that follows). X goes through the warp's scratch tile to become the second operand.
+  if (warp < 3) {
+    const int J = warp;
+    float* xs = sm.xs + warp * 16 * kLdX;
+    for (int I = J + 1; I < 4; ++I) {
+      float x[2][4] = {};
+      for (int M = J; M < I; ++M)
+        mma_16x16_tf32(x, sm.lm + I * 16 * kLdL + M * 16, kLdL, sm.tm + M * 16 * kLdTm + J * 16, kLdTm);
+      for (int nt = 0; nt < 2; ++nt)
+        for (int half = 0; half < 2; ++half) {
+          const int r = gq + half * 8;
+          *reinterpret_cast<float2*>(xs + r * kLdX + xs_col(r, nt * 8 + tq * 2)) =
+              make_float2(x[nt][2 * half], x[nt][2 * half + 1]);
+        }
+      __syncwarp();
+      float t[2][4] = {};
+      mma_16x16_tf32(t, sm.tm + I * 16 * kLdTm + I * 16, kLdTm, xs, kLdX, true);
+      for (int nt = 0; nt < 2; ++nt)
+        for (int half = 0; half < 2; ++half)
+          *reinterpret_cast<float2*>(sm.tm + (I * 16 + gq + half * 8) * kLdTm + J * 16 + nt * 8 + tq * 2) =
+              make_float2(-t[nt][2 * half], -t[nt][2 * half + 1]);
+      __syncwarp();  // T_IJ visible to the warp's next products; the scratch free again
     }
-    __syncthreads();
-    for (int e = threadIdx.x; e < bi * 64; e += blockDim.x) {
-      const int bj = e >> 6, r = (e >> 2) & 15, c4 = (e & 3) * 4;
-      const int i = bi * 16 + r;
-      float4 x = make_float4(0.f, 0.f, 0.f, 0.f);
-      for (int m = 0; m <= r; ++m) {
-        const float t = sm.tm[i * kLdTm + bi * 16 + m];
-        const float4 xv = *reinterpret_cast<const float4*>(&sm.xs[(bj * 16 + m) * kLdX + c4]);
-        x.x += t * xv.x;
-        x.y += t * xv.y;
-        x.z += t * xv.z;
-        x.w += t * xv.w;
-      }
-      *reinterpret_cast<float4*>(&sm.tm[i * kLdTm + bj * 16 + c4]) = make_float4(-x.x, -x.y, -x.z, -x.w);
-    }
-    __syncthreads();
   }
+  __syncthreads();
   // Au, Aw over L (no longer needed), two columns per thread and step; then V over T once every thread is
   // done with T.
   for (int e = threadIdx.x; e < kC * kC / 2; e += blockDim.x) {
@@ -1056,6 +1117,8 @@ __global__ void __launch_bounds__(128) prepare_tc_kernel(PrepareArgs a, bf16* u_
   __syncthreads();
   copy_rows(vs, vp, int64_t(a.HV) * kD, len);
   cp_async_commit();
+  if (a.want_statistic && threadIdx.x < kC)  // β is read no more: its slots take f = e^{Γ−γ} (0 past len)
+    sm.bet[threadIdx.x] = threadIdx.x < len ? __expf(sm.gam[len - 1] - sm.gam[threadIdx.x]) : 0.f;
   cp_async_wait_all();
   __syncthreads();
   const int64_t slot = id * a.HV + hv;
@@ -1086,11 +1149,12 @@ __global__ void __launch_bounds__(128) prepare_tc_kernel(PrepareArgs a, bf16* u_
   float uu[8][4] = {};
   warp_tile_mma<4, kD, false, true>(uu, vs, kLd, m0, vs, kLd, 0);
   float sum_sq = 0.f;
+  const float f_row[2] = {sm.bet[m0 + gq], sm.bet[m0 + gq + 8]};  // f of this thread's two rows
   for (int nt = 0; nt < 8; ++nt)
-    for (int r = 0; r < 4; ++r) {
-      const int i = m0 + gq + (r >> 1) * 8, j = nt * 8 + tq * 2 + (r & 1);
-      const float f = i < len && j < len ? __expf(2.f * big_gamma - sm.gam[i] - sm.gam[j]) : 0.f;
-      sum_sq += f * kk[nt][r] * uu[nt][r];
+    for (int c2 = 0; c2 < 2; ++c2) {
+      const float f_col = sm.bet[nt * 8 + tq * 2 + c2];
+      for (int half = 0; half < 2; ++half)
+        sum_sq += f_row[half] * f_col * kk[nt][2 * half + c2] * uu[nt][2 * half + c2];
     }
   for (int off = 16; off > 0; off >>= 1) sum_sq += __shfl_xor_sync(0xffffffffu, sum_sq, off);
   if (lane == 0) sm.red[warp] = sum_sq;
@@ -1100,11 +1164,15 @@ __global__ void __launch_bounds__(128) prepare_tc_kernel(PrepareArgs a, bf16* u_
         sqrtf(fmaxf(sm.red[0] + sm.red[1] + sm.red[2] + sm.red[3], 0.f));
 }
 
-// ---- recurrence: per (sequence, value head, 32-column V tile), 128 threads. The state tile (128 x 32 fp32)
-// lives in registers: warp w owns rows 32w..32w+31 (2 m-tiles x 4 n-tiles). Each selected event:
-//   Sb = bf16(e^{pending} S);  v̂ = U − W Sb (warp w: rows 16w.., 32 cols);  Vh = bf16(e^{Γ−γ} ⊙ v̂);
-//   S = e^Γ e^{pending} S + Kᵀ Vh;  snapshot.
-// The next selected event's W, K, U, γ are fetched with cp.async into the other stage meanwhile.
+// ---- recurrence: per (sequence, value head, 32-column V tile), 256 threads (8 warps: two per scheduler).
+// The state tile (128 x 32 fp32) lives in registers: warp w owns rows 16w..16w+15 (1 m-tile x 4 n-tiles).
+// Each selected event:
+//   Sb = bf16(e^{pending} S) (shared);  v̂ = U − W Sb (warp w: rows 16(w & 3).., columns 16(w >> 2)..);
+//   Vh = bf16(e^{Γ−γ} ⊙ v̂);  S = e^Γ S + Kᵀ Vh (warp w: its 16 state rows);  Sb = bf16(S), which is also
+//   the snapshot, copied out of shared memory in 16-byte stores.
+// Two barriers per event when events follow one another (Sb written, Vh written); a skipped chunk before an
+// event adds one to rescale Sb. The next two selected events' W, K, U, γ are in flight (cp.async, 3 stages).
+constexpr int kRecThreads = 256;
 struct RecStage {
   bf16 w[kC * kLd];
   bf16 k[kC * kLd];
@@ -1119,7 +1187,7 @@ struct RecSmem {
   float decay[kWindow];
 };
 
-__global__ void __launch_bounds__(128)
+__global__ void __launch_bounds__(kRecThreads)
     recurrence_tc_kernel(RecurrenceArgs a, const bf16* u_all, const bf16* w_all) {
   const int64_t s = blockIdx.x;
   const int hv = blockIdx.y;
@@ -1134,25 +1202,31 @@ __global__ void __launch_bounds__(128)
   RecSmem& sm = *reinterpret_cast<RecSmem*>(smem_raw);
   const bf16* kp = static_cast<const bf16*>(a.k);
 
-  // State registers: st[mt][nt][r] at row 32w + 16mt + gq + 8(r>>1), column col0 + 8nt + 2tq + (r&1).
-  float st[2][4][4];
-  for (int mt = 0; mt < 2; ++mt)
-    for (int nt = 0; nt < 4; ++nt)
-      for (int r = 0; r < 4; ++r) {
-        const int d = warp * 32 + mt * 16 + gq + (r >> 1) * 8, col = col0 + nt * 8 + tq * 2 + (r & 1);
-        st[mt][nt][r] = a.initial_state ? a.initial_state[((s * a.HV + hv) * kD + d) * V + col] : 0.f;
-      }
+  // State registers: st[nt][r] at row 16w + gq + 8(r>>1), column col0 + 8nt + 2tq + (r&1).
+  float st[4][4];
+  for (int nt = 0; nt < 4; ++nt)
+    for (int r = 0; r < 4; ++r) {
+      const int d = warp * 16 + gq + (r >> 1) * 8, col = col0 + nt * 8 + tq * 2 + (r & 1);
+      st[nt][r] = a.initial_state ? a.initial_state[((s * a.HV + hv) * kD + d) * V + col] : 0.f;
+    }
+  // Snapshot `slot` from Sb (bf16(S), written and made visible by the caller): 128 rows x 64 bytes, two
+  // 16-byte stores per thread.
+  const int snap_row = threadIdx.x >> 1, snap_part = (threadIdx.x & 1) * 16;
   auto write_snapshot = [&](int64_t slot, int32_t chunk) {
-    bf16* dst = reinterpret_cast<bf16*>(a.snapshots) + (slot_base + slot) * kD * V;
-    for (int mt = 0; mt < 2; ++mt) store_tile_bf16(dst, V, warp * 32 + mt * 16, col0, st[mt]);
+    bf16* dst = reinterpret_cast<bf16*>(a.snapshots) + (slot_base + slot) * kD * V + snap_row * V + col0;
+    const bf16* src = sm.sb + snap_row * kLdT;
+    *reinterpret_cast<uint4*>(dst + snap_part) = *reinterpret_cast<const uint4*>(src + snap_part);
+    *reinterpret_cast<uint4*>(dst + snap_part + 8) = *reinterpret_cast<const uint4*>(src + snap_part + 8);
     if (blockIdx.z == 0 && threadIdx.x == 0) a.snapshot_chunk[slot_base + slot] = chunk;
   };
+  store_tile_bf16(sm.sb, kLdT, warp * 16, 0, st);
+  __syncthreads();
   write_snapshot(0, -1);
 
   // The sequence's offsets once, in registers: fetch() must not wait on global loads before its copies.
   const int64_t seq_chunk0 = a.chunk_offset[s], seq_t0 = a.seq_start[s], seq_len = a.seq_len[s];
-  // The copies' thread-constant parts (128 threads): W and K rows r0 + 8j (j < 8), 16-byte part p8; U rows
-  // ur + 32j (j < 2), part up. Per event only the 64-bit bases change, so the copies take immediate offsets.
+  // The copies' thread-constant parts (256 threads): W and K rows r0 + 16j (j < 4), 16-byte part p8; U row
+  // ur, part up. Per event only the 64-bit bases change, so the copies take immediate offsets.
   const int r0 = threadIdx.x >> 4, p8 = (threadIdx.x & 15) * 8;
   const int ur = threadIdx.x >> 2, up = (threadIdx.x & 3) * 8;
   const int64_t k_row = int64_t(a.H) * kD;
@@ -1162,16 +1236,14 @@ __global__ void __launch_bounds__(128)
     RecStage& st_ = sm.stage[buf];
     const bf16* wsrc = w_all + cslot * (kC * kD) + r0 * kD + p8;
     const bf16* ksrc = kp + ((seq_t0 + c * kC) * a.H + h) * kD + r0 * k_row + p8;
-    const bf16* usrc = u_all + cslot * (kC * kD) + ur * kD + col0 + up;
 #pragma unroll
-    for (int j = 0; j < 8; ++j) {
-      cp_async16(st_.w + (r0 + 8 * j) * kLd + p8, wsrc + 8 * j * kD, true);
-      const bool valid = r0 + 8 * j < len;  // rows past the sequence's end become zeros
-      cp_async16(st_.k + (r0 + 8 * j) * kLd + p8, valid ? ksrc : kp, valid);
-      ksrc += 8 * k_row;
+    for (int j = 0; j < 4; ++j) {
+      cp_async16(st_.w + (r0 + 16 * j) * kLd + p8, wsrc + 16 * j * kD, true);
+      const bool valid = r0 + 16 * j < len;  // rows past the sequence's end become zeros
+      cp_async16(st_.k + (r0 + 16 * j) * kLd + p8, valid ? ksrc : kp, valid);
+      ksrc += 16 * k_row;
     }
-#pragma unroll
-    for (int j = 0; j < 2; ++j) cp_async16(st_.u + (ur + 32 * j) * kLdT + up, usrc + 32 * j * kD, true);
+    cp_async16(st_.u + ur * kLdT + up, u_all + cslot * (kC * kD) + ur * kD + col0 + up, true);
     if (threadIdx.x < kC / 4)
       cp_async16(st_.gam + threadIdx.x * 4, a.gamma + cslot * kC + threadIdx.x * 4, true);
     cp_async_commit();
@@ -1182,6 +1254,7 @@ __global__ void __launch_bounds__(128)
   int buf = 0;
   int64_t next_group_start = 0;
   const int64_t group0 = a.group_offset[s];
+  const int vrow = (warp & 3) * 16, vcol = (warp >> 2) * 16;  // this warp's tile of v̂
   for (int64_t w0 = 0; w0 < n; w0 += kWindow) {
     const int wn = int(min_i64(kWindow, n - w0));
     __syncthreads();  // the previous window's mask / decay reads are done
@@ -1194,11 +1267,18 @@ __global__ void __launch_bounds__(128)
       while (from < wn && !sm.mask[from]) ++from;
       return from;
     };
-    // Two selected events in flight ahead of the one computed (three stages).
+    // Two selected events in flight ahead of the one computed (three stages); the first one's data is waited
+    // for here, each next one's at the end of the event before it.
     const int first_sel = next_selected(0);
     if (first_sel < wn) fetch(buf, w0 + first_sel);
     int nxt1 = first_sel < wn ? next_selected(first_sel + 1) : wn;
-    if (nxt1 < wn) fetch((buf + 1) % 3, w0 + nxt1);
+    if (nxt1 < wn) {
+      fetch((buf + 1) % 3, w0 + nxt1);
+      asm volatile("cp.async.wait_group 1;\n" ::: "memory");
+    } else {
+      cp_async_wait_all();
+    }
+    __syncthreads();
     for (int i = 0; i < wn; ++i) {
       const int64_t c = w0 + i;
       if (blockIdx.z == 0 && threadIdx.x == 0 && c == next_group_start) {
@@ -1212,73 +1292,70 @@ __global__ void __launch_bounds__(128)
         pending += big_gamma;
         continue;
       }
-      // i is the current event: its data is in `buf`; the group of nxt1 may still be in flight.
-      if (nxt1 < wn)
-        asm volatile("cp.async.wait_group 1;\n" ::: "memory");
-      else
-        cp_async_wait_all();
-      const float carried = __expf(pending);
-      pending = 0.f;
-      for (int mt = 0; mt < 2; ++mt) {
+      // i is the current event: its data is in `buf` and visible (waited for before the last barrier).
+      if (pending != 0.f) {  // block-uniform: rescale the state and Sb by the skipped chunks' decay
+        const float carried = __expf(pending);
+        pending = 0.f;
         for (int nt = 0; nt < 4; ++nt)
-          for (int r = 0; r < 4; ++r) st[mt][nt][r] *= carried;
-        store_tile_bf16(sm.sb, kLdT, warp * 32 + mt * 16, 0, st[mt]);
+          for (int r = 0; r < 4; ++r) st[nt][r] *= carried;
+        __syncthreads();  // every read of the old Sb (snapshot copy) is done
+        store_tile_bf16(sm.sb, kLdT, warp * 16, 0, st);
+        __syncthreads();
       }
-      __syncthreads();
       const int nxt2 = nxt1 < wn ? next_selected(nxt1 + 1) : wn;
       if (nxt2 < wn) fetch((buf + 2) % 3, w0 + nxt2);
       const RecStage& cs = sm.stage[buf];
-      {                                         // v̂ = U − W Sb, rows 16w.., 32 columns
-        float acc[4][4] = {}, acc2[4][4] = {};  // two accumulator sets: half the dependent mma chain
+      {                                         // v̂ = U − W Sb: this warp's 16 x 16 tile, k = 128
+        float acc[2][4] = {}, acc2[2][4] = {};  // two accumulator sets: half the dependent mma chain
 #pragma unroll
         for (int k0 = 0; k0 < kD; k0 += 32) {
-          uint32_t af[4], af2[4];
-          load_a(af, cs.w, kLd, warp * 16, k0);
-          load_a(af2, cs.w, kLd, warp * 16, k0 + 16);
-#pragma unroll
-          for (int np = 0; np < 2; ++np) {
-            uint32_t bf[4], bf2[4];
-            load_b_kn(bf, sm.sb, kLdT, k0, np * 16);
-            load_b_kn(bf2, sm.sb, kLdT, k0 + 16, np * 16);
-            mma(acc[2 * np], af, bf[0], bf[1]);
-            mma(acc[2 * np + 1], af, bf[2], bf[3]);
-            mma(acc2[2 * np], af2, bf2[0], bf2[1]);
-            mma(acc2[2 * np + 1], af2, bf2[2], bf2[3]);
-          }
+          uint32_t af[4], af2[4], bf[4], bf2[4];
+          load_a(af, cs.w, kLd, vrow, k0);
+          load_a(af2, cs.w, kLd, vrow, k0 + 16);
+          load_b_kn(bf, sm.sb, kLdT, k0, vcol);
+          load_b_kn(bf2, sm.sb, kLdT, k0 + 16, vcol);
+          mma(acc[0], af, bf[0], bf[1]);
+          mma(acc[1], af, bf[2], bf[3]);
+          mma(acc2[0], af2, bf2[0], bf2[1]);
+          mma(acc2[1], af2, bf2[2], bf2[3]);
         }
 #pragma unroll
-        for (int nt = 0; nt < 4; ++nt)
+        for (int nt = 0; nt < 2; ++nt)
 #pragma unroll
-          for (int r = 0; r < 4; ++r) acc[nt][r] += acc2[nt][r];
-        for (int nt = 0; nt < 4; ++nt)
           for (int half = 0; half < 2; ++half) {
-            const int row = warp * 16 + gq + half * 8, col = nt * 8 + tq * 2;
+            const int row = vrow + gq + half * 8, col = vcol + nt * 8 + tq * 2;
             const float2 uu = unpack_bf16(*reinterpret_cast<const uint32_t*>(cs.u + row * kLdT + col));
             const float f = __expf(big_gamma - cs.gam[row]);
-            *reinterpret_cast<uint32_t*>(sm.vh + row * kLdT + col) =
-                pack_bf16((uu.x - acc[nt][2 * half]) * f, (uu.y - acc[nt][2 * half + 1]) * f);
+            const float x0 = uu.x - acc[nt][2 * half] - acc2[nt][2 * half];
+            const float x1 = uu.y - acc[nt][2 * half + 1] - acc2[nt][2 * half + 1];
+            *reinterpret_cast<uint32_t*>(sm.vh + row * kLdT + col) = pack_bf16(x0 * f, x1 * f);
           }
       }
       __syncthreads();
-      {  // S = e^Γ S + Kᵀ Vh, rows 32w.., 32 columns, k = 64
+      {  // S = e^Γ S + Kᵀ Vh: rows 16w.., 32 columns, k = 64
         const float decay = __expf(big_gamma);
-        for (int mt = 0; mt < 2; ++mt)
-          for (int nt = 0; nt < 4; ++nt)
-            for (int r = 0; r < 4; ++r) st[mt][nt][r] *= decay;
+        for (int nt = 0; nt < 4; ++nt)
+          for (int r = 0; r < 4; ++r) st[nt][r] *= decay;
+#pragma unroll
         for (int k0 = 0; k0 < kC; k0 += 16) {
-          uint32_t af[2][4];
-          load_a_t(af[0], cs.k, kLd, warp * 32, k0);
-          load_a_t(af[1], cs.k, kLd, warp * 32 + 16, k0);
-          for (int np = 0; np < 2; ++np) {
-            uint32_t bf[4];
-            load_b_kn(bf, sm.vh, kLdT, k0, np * 16);
-            for (int mt = 0; mt < 2; ++mt) {
-              mma(st[mt][2 * np], af[mt], bf[0], bf[1]);
-              mma(st[mt][2 * np + 1], af[mt], bf[2], bf[3]);
-            }
-          }
+          uint32_t af[4], bf[4], bf2[4];
+          load_a_t(af, cs.k, kLd, warp * 16, k0);
+          load_b_kn(bf, sm.vh, kLdT, k0, 0);
+          load_b_kn(bf2, sm.vh, kLdT, k0, 16);
+          mma(st[0], af, bf[0], bf[1]);
+          mma(st[1], af, bf[2], bf[3]);
+          mma(st[2], af, bf2[0], bf2[1]);
+          mma(st[3], af, bf2[2], bf2[3]);
         }
       }
+      // Sb = bf16(S): every read of the old Sb (W Sb above) is behind the barrier. The next event's data must
+      // be visible after the barrier below, so its copies are waited for first.
+      store_tile_bf16(sm.sb, kLdT, warp * 16, 0, st);
+      if (nxt2 < wn)
+        asm volatile("cp.async.wait_group 1;\n" ::: "memory");
+      else
+        cp_async_wait_all();
+      __syncthreads();
       ++slot;
       write_snapshot(slot, int32_t(c));
       buf = (buf + 1) % 3;
@@ -1287,13 +1364,12 @@ __global__ void __launch_bounds__(128)
   }
   if (a.final_state) {
     const float carried = __expf(pending);
-    for (int mt = 0; mt < 2; ++mt)
-      for (int nt = 0; nt < 4; ++nt)
-        for (int half = 0; half < 2; ++half) {
-          const int d = warp * 32 + mt * 16 + gq + half * 8, col = col0 + nt * 8 + tq * 2;
-          *reinterpret_cast<float2*>(a.final_state + ((s * a.HV + hv) * kD + d) * V + col) =
-              make_float2(st[mt][nt][2 * half] * carried, st[mt][nt][2 * half + 1] * carried);
-        }
+    for (int nt = 0; nt < 4; ++nt)
+      for (int half = 0; half < 2; ++half) {
+        const int d = warp * 16 + gq + half * 8, col = col0 + nt * 8 + tq * 2;
+        *reinterpret_cast<float2*>(a.final_state + ((s * a.HV + hv) * kD + d) * V + col) =
+            make_float2(st[nt][2 * half] * carried, st[nt][2 * half + 1] * carried);
+      }
   }
   if (blockIdx.z == 0 && threadIdx.x == 0) a.snapshot_count[s * a.HV + hv] = int32_t(slot + 1);
 }
@@ -1729,14 +1805,27 @@ std::string forward(const Problem& p, const DeviceTensors& t, void* workspace, s
 
   timer.mark("scores");
   // 4. selection
+  const int tie_bits = key_tie_bits(p);
+  // One sequence and one segment: a sort over the whole device (a segmented sort gives each segment one
+  // block). It sorts ceil(total / C) * units keys; those past the sequence's own (a cu_seqlens shorter than
+  // the batch) are zeros and sort last.
+  const bool whole_device_sort = S == 1;
+  const int64_t whole_items = (p.total_tokens + p.chunk - 1) / p.chunk * units;
   auto sort_keys = [&](bool per_unit) -> std::string {
-    build_keys_kernel<<<unsigned(S), kThreads, 0, stream>>>(ws.chunk_offset, HV, units, ws.unit_score,
-                                                            per_unit, ws.keys_in, ws.seg_begin, ws.seg_end);
+    if (whole_device_sort && !per_unit)
+      SGDN_TRY_CUDA(cudaMemsetAsync(ws.keys_in, 0, size_t(whole_items) * sizeof(uint64_t), stream));
+    build_keys_kernel<<<unsigned(S), kThreads, 0, stream>>>(
+        ws.chunk_offset, HV, units, tie_bits, ws.unit_score, per_unit, ws.keys_in, ws.seg_begin, ws.seg_end);
     SGDN_TRY_LAUNCH("build_keys_kernel");
     size_t temp = ws.cub_temp_bytes;
-    SGDN_TRY_CUDA(cub::DeviceSegmentedRadixSort::SortKeysDescending(
-        ws.cub_temp, temp, ws.keys_in, ws.keys_out, nmax * HV, per_unit ? S * units : S, ws.seg_begin,
-        ws.seg_end, 0, 64, stream));
+    if (whole_device_sort && !per_unit) {
+      SGDN_TRY_CUDA(cub::DeviceRadixSort::SortKeysDescending(ws.cub_temp, temp, ws.keys_in, ws.keys_out,
+                                                             whole_items, 0, 32 + tie_bits, stream));
+    } else {
+      SGDN_TRY_CUDA(cub::DeviceSegmentedRadixSort::SortKeysDescending(
+          ws.cub_temp, temp, ws.keys_in, ws.keys_out, nmax * HV, per_unit ? S * units : S, ws.seg_begin,
+          ws.seg_end, 0, 32 + tie_bits, stream));
+    }
     return {};
   };
   switch (p.selector) {
@@ -1756,18 +1845,18 @@ std::string forward(const Problem& p, const DeviceTensors& t, void* workspace, s
     case SelectorKind::topk:
       if (std::string e = sort_keys(true); !e.empty()) return e;
       mark_top_per_unit_kernel<<<dim3(unsigned(S), unsigned(units)), kThreads, 0, stream>>>(
-          ws.chunk_offset, HV, units, p.rho, -1, ws.keys_out, ws.unit_mask);
+          ws.chunk_offset, HV, units, tie_bits, p.rho, -1, ws.keys_out, ws.unit_mask);
       SGDN_TRY_LAUNCH("mark_top_per_unit_kernel");
       break;
     case SelectorKind::head_budget:
       if (p.min_per_head > 0) {
         if (std::string e = sort_keys(true); !e.empty()) return e;
         mark_top_per_unit_kernel<<<dim3(unsigned(S), unsigned(units)), kThreads, 0, stream>>>(
-            ws.chunk_offset, HV, units, p.rho, p.min_per_head, ws.keys_out, ws.unit_mask);
+            ws.chunk_offset, HV, units, tie_bits, p.rho, p.min_per_head, ws.keys_out, ws.unit_mask);
         SGDN_TRY_LAUNCH("mark_top_per_unit_kernel");
       }
       if (std::string e = sort_keys(false); !e.empty()) return e;
-      mark_shared_budget_kernel<<<unsigned(S), 1024, 0, stream>>>(ws.chunk_offset, HV, units, p.rho,
+      mark_shared_budget_kernel<<<unsigned(S), 1024, 0, stream>>>(ws.chunk_offset, HV, units, tie_bits, p.rho,
                                                                   p.min_per_head, ws.keys_out, ws.unit_mask);
       SGDN_TRY_LAUNCH("mark_shared_budget_kernel");
       break;
@@ -1812,7 +1901,7 @@ std::string forward(const Problem& p, const DeviceTensors& t, void* workspace, s
     const size_t smem = tc::recurrence_tc_smem();
     SGDN_TRY_CUDA(cudaFuncSetAttribute(tc::recurrence_tc_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                        int(smem)));
-    tc::recurrence_tc_kernel<<<grid, 128, smem, stream>>>(rec, u_tc, w_tc);
+    tc::recurrence_tc_kernel<<<grid, tc::kRecThreads, smem, stream>>>(rec, u_tc, w_tc);
     SGDN_TRY_LAUNCH("recurrence_tc_kernel");
   } else {
     const dim3 rec_grid{unsigned(S), unsigned(HV), unsigned(vtiles)};

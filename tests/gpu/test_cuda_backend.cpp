@@ -20,6 +20,11 @@ namespace {
 
 using namespace sgdn;
 
+// B sequences of T tokens, H q/k heads, HV value heads, K, V.
+Shape make_shape(int64_t b, int64_t t, int64_t h, int64_t hv, int64_t k = 128, int64_t v = 128) {
+  return Shape::of(b, t, h, hv, k, v);
+}
+
 // SPEC §9 `random`: unit-norm q and k, v ~ N(0,1), β = σ(1.5 n), g = −A_h softplus(x + b_h).
 Inputs<float> random_inputs(const Shape& shape, bool with_state, uint64_t seed) {
   std::mt19937_64 rng(seed);
@@ -103,24 +108,14 @@ struct Case {
 };
 
 std::vector<Case> dense_cases() {
-  auto shape = [](int64_t b, int64_t t, int64_t h, int64_t hv, int64_t k, int64_t v) {
-    Shape s;
-    s.batch = b;
-    s.tokens = t;
-    s.qk_heads = h;
-    s.v_heads = hv;
-    s.key_dim = k;
-    s.value_dim = v;
-    return s;
-  };
   return {
-      {shape(1, 200, 2, 2, 64, 64), false, 1},    // r = 1, ragged last chunk (200 = 3*64 + 8)
-      {shape(2, 130, 2, 4, 128, 64), true, 1},    // r = 2, batch, initial state, ragged
-      {shape(1, 256, 1, 4, 128, 128), true, 3},   // r = 4, G = 3
-      {shape(1, 64, 2, 2, 32, 128), false, 2},    // exactly one chunk
-      {shape(1, 7, 1, 2, 16, 16), true, 1},       // shorter than a chunk
-      {shape(1, 333, 2, 4, 128, 128), false, 4},  // Qwen-like head dims, ragged, G = 4
-      {shape(1, 150, 1, 1, 48, 80), true, 1},     // V = 80: 16-column tiles
+      {make_shape(1, 200, 2, 2, 64, 64), false, 1},    // r = 1, ragged last chunk (200 = 3*64 + 8)
+      {make_shape(2, 130, 2, 4, 128, 64), true, 1},    // r = 2, batch, initial state, ragged
+      {make_shape(1, 256, 1, 4, 128, 128), true, 3},   // r = 4, G = 3
+      {make_shape(1, 64, 2, 2, 32, 128), false, 2},    // exactly one chunk
+      {make_shape(1, 7, 1, 2, 16, 16), true, 1},       // shorter than a chunk
+      {make_shape(1, 333, 2, 4, 128, 128), false, 4},  // Qwen-like head dims, ragged, G = 4
+      {make_shape(1, 150, 1, 1, 48, 80), true, 1},     // V = 80: 16-column tiles
   };
 }
 
@@ -170,13 +165,7 @@ TEST_CASE("CUDA dense exact matches the float64 token recurrence", "[gpu][dense]
 }
 
 TEST_CASE("CUDA sparse engine matches the CPU engine: masks, budgets, outputs, snapshots", "[gpu][sparse]") {
-  Shape shape;
-  shape.batch = 2;
-  shape.tokens = 64 * 12 + 20;  // 13 chunks, ragged
-  shape.qk_heads = 2;
-  shape.v_heads = 4;
-  shape.key_dim = 64;
-  shape.value_dim = 64;
+  const Shape shape = make_shape(2, 64 * 12 + 20, 2, 4, 64, 64);  // 13 chunks, ragged
   const Inputs<float> in = random_inputs(shape, true, 77);
   struct Sel {
     std::string name;
@@ -264,13 +253,7 @@ double check_varlen(const VarlenCase& vc) {
   const int H = vc.H, HV = vc.HV, K = vc.K, V = vc.V;
   int64_t total = 0;
   for (int64_t l : vc.lengths) total += l;
-  Shape packed_shape;
-  packed_shape.batch = 1;
-  packed_shape.tokens = total;
-  packed_shape.qk_heads = H;
-  packed_shape.v_heads = HV;
-  packed_shape.key_dim = K;
-  packed_shape.value_dim = V;
+  const Shape packed_shape = make_shape(1, total, H, HV, K, V);
   Inputs<float> packed = random_inputs(packed_shape, false, 4242 + uint64_t(total));
   if (vc.bf16)  // what the GPU reads; the references read the same values
     for (Tensor<float>* x : {&packed.q, &packed.k, &packed.v, &packed.beta})
@@ -466,19 +449,10 @@ TEST_CASE("CUDA packed variable-length batch matches per-sequence references", "
 // The tensor-core path (bf16 inputs, K = V = 128, C = 64): bf16 operands with fp32 accumulation, bf16 U/W.
 // Bound: SPEC §12's bf16 parity, 1e-2 relative against the float64 recurrence.
 TEST_CASE("CUDA tensor-core path matches float64 within the bf16 bound", "[gpu][tc]") {
-  auto shape = [](int64_t b, int64_t t, int64_t h, int64_t hv) {
-    Shape s;
-    s.batch = b;
-    s.tokens = t;
-    s.qk_heads = h;
-    s.v_heads = hv;
-    s.key_dim = 128;
-    s.value_dim = 128;
-    return s;
-  };
   const std::vector<Case> cases = {
-      {shape(1, 333, 2, 4), false, 1}, {shape(2, 130, 2, 4), true, 1}, {shape(1, 64 * 21 + 5, 1, 2), true, 2},
-      {shape(1, 256, 1, 4), true, 3},  {shape(1, 7, 1, 2), false, 1},  {shape(1, 64 * 40, 2, 4), false, 4}};
+      {make_shape(1, 333, 2, 4), false, 1},        {make_shape(2, 130, 2, 4), true, 1},
+      {make_shape(1, 64 * 21 + 5, 1, 2), true, 2}, {make_shape(1, 256, 1, 4), true, 3},
+      {make_shape(1, 7, 1, 2), false, 1},          {make_shape(1, 64 * 40, 2, 4), false, 4}};
   int index = 0;
   double worst = 0;
   for (const Case& cs : cases) {
@@ -507,7 +481,7 @@ TEST_CASE("CUDA tensor-core path matches float64 within the bf16 bound", "[gpu][
   }
   // Sparse: against run_cpu on the bf16-rounded inputs, where the masks agree (scores in bf16 products may
   // reorder near-ties; at most 5 % of the events may differ).
-  Inputs<float> in = random_inputs(shape(2, 64 * 30 + 20, 2, 4), true, 99);
+  Inputs<float> in = random_inputs(make_shape(2, 64 * 30 + 20, 2, 4), true, 99);
   for (Tensor<float>* x : {&in.q, &in.k, &in.v, &in.beta})
     for (auto& value : x->values()) value = round_bf16(value);
   int compared = 0;
@@ -571,13 +545,7 @@ class NoBandSolver : public sgdn::SolverWith<NoBandSolver> {
 }  // namespace
 
 TEST_CASE("CUDA backend rejects what it cannot run, naming it", "[gpu][errors]") {
-  Shape shape;
-  shape.batch = 1;
-  shape.tokens = 100;
-  shape.qk_heads = 2;
-  shape.v_heads = 4;
-  shape.key_dim = 64;
-  shape.value_dim = 64;
+  const Shape shape = make_shape(1, 100, 2, 4, 64, 64);
   const Inputs<float> in = random_inputs(shape, false, 9);
   Strategies s = make_strategies("exact", {}, "survival", "dense", {}, 64, 1, Granularity::pair);
 
@@ -615,13 +583,7 @@ TEST_CASE("CUDA backend rejects what it cannot run, naming it", "[gpu][errors]")
 
 // A small case for compute-sanitizer (memcheck, racecheck): every stage, a ragged chunk, G = 2, snapshots.
 TEST_CASE("CUDA small sparse case for the sanitizers", "[gpu][small]") {
-  Shape shape;
-  shape.batch = 2;
-  shape.tokens = 100;
-  shape.qk_heads = 1;
-  shape.v_heads = 2;
-  shape.key_dim = 32;
-  shape.value_dim = 32;
+  const Shape shape = make_shape(2, 100, 1, 2, 32, 32);
   const Inputs<float> in = random_inputs(shape, true, 31);
   for (const std::string sel : {"topk", "head_budget", "threshold", "random", "stride", "dense"}) {
     Strategies s = make_strategies("block_adjacent", {{"block", "8"}, {"band", "1"}}, "survival", sel,
@@ -667,13 +629,7 @@ TEST_CASE("CUDA small sparse case for the sanitizers", "[gpu][small]") {
 // Inputs uploaded once serve several runs (a selector sweep on one workload) with the results of a run that
 // uploads its own; output_tokens brings back exactly those rows of o; timing repeats report a GPU time.
 TEST_CASE("CUDA inputs uploaded once, query rows, timing repeats", "[gpu][reuse]") {
-  Shape shape;
-  shape.batch = 2;
-  shape.tokens = 150;
-  shape.qk_heads = 2;
-  shape.v_heads = 4;
-  shape.key_dim = 128;
-  shape.value_dim = 128;
+  const Shape shape = make_shape(2, 150, 2, 4);
   const Inputs<float> in = random_inputs(shape, true, 77);
   for (const CudaPrecision precision : {CudaPrecision::float32, CudaPrecision::bfloat16}) {
     CudaRunOptions options;
