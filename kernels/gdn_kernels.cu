@@ -1210,14 +1210,24 @@ __global__ void __launch_bounds__(kRecThreads)
       st[nt][r] = a.initial_state ? a.initial_state[((s * a.HV + hv) * kD + d) * V + col] : 0.f;
     }
   // Snapshot `slot` from Sb (bf16(S), written and made visible by the caller): 128 rows x 64 bytes, two
-  // 16-byte stores per thread.
-  const int snap_row = threadIdx.x >> 1, snap_part = (threadIdx.x & 1) * 16;
+  // 16-byte stores per thread; each store instruction fills whole 32-byte sectors (a thread pair, one row).
+  const int snap_row = threadIdx.x >> 1, snap_col = (threadIdx.x & 1) * 8;
   auto write_snapshot = [&](int64_t slot, int32_t chunk) {
     bf16* dst = reinterpret_cast<bf16*>(a.snapshots) + (slot_base + slot) * kD * V + snap_row * V + col0;
     const bf16* src = sm.sb + snap_row * kLdT;
-    *reinterpret_cast<uint4*>(dst + snap_part) = *reinterpret_cast<const uint4*>(src + snap_part);
-    *reinterpret_cast<uint4*>(dst + snap_part + 8) = *reinterpret_cast<const uint4*>(src + snap_part + 8);
+    const uint4 x0 = *reinterpret_cast<const uint4*>(src + snap_col);
+    const uint4 x1 = *reinterpret_cast<const uint4*>(src + snap_col + 16);
+    *reinterpret_cast<uint4*>(dst + snap_col) = x0;
+    *reinterpret_cast<uint4*>(dst + snap_col + 16) = x1;
     if (blockIdx.z == 0 && threadIdx.x == 0) a.snapshot_chunk[slot_base + slot] = chunk;
+  };
+  // An event's snapshot leaves during the next event, once that event's W Sb products are issued (their
+  // latency hides the copy), or before Sb changes otherwise.
+  int64_t snap_slot = -1;
+  int32_t snap_chunk = 0;
+  auto flush_snapshot = [&]() {
+    if (snap_slot >= 0) write_snapshot(snap_slot, snap_chunk);
+    snap_slot = -1;
   };
   store_tile_bf16(sm.sb, kLdT, warp * 16, 0, st);
   __syncthreads();
@@ -1298,42 +1308,49 @@ __global__ void __launch_bounds__(kRecThreads)
         pending = 0.f;
         for (int nt = 0; nt < 4; ++nt)
           for (int r = 0; r < 4; ++r) st[nt][r] *= carried;
+        flush_snapshot();
         __syncthreads();  // every read of the old Sb (snapshot copy) is done
         store_tile_bf16(sm.sb, kLdT, warp * 16, 0, st);
         __syncthreads();
       }
-      const int nxt2 = nxt1 < wn ? next_selected(nxt1 + 1) : wn;
-      if (nxt2 < wn) fetch((buf + 2) % 3, w0 + nxt2);
       const RecStage& cs = sm.stage[buf];
-      {                                         // v̂ = U − W Sb: this warp's 16 x 16 tile, k = 128
-        float acc[2][4] = {}, acc2[2][4] = {};  // two accumulator sets: half the dependent mma chain
+      const int nxt2 = nxt1 < wn ? next_selected(nxt1 + 1) : wn;
+      {  // v̂ = U − W Sb: this warp's 16 x 16 tile, k = 128, in four accumulator sets (chains of two mma)
+        float acc[4][2][4] = {};
 #pragma unroll
-        for (int k0 = 0; k0 < kD; k0 += 32) {
-          uint32_t af[4], af2[4], bf[4], bf2[4];
-          load_a(af, cs.w, kLd, vrow, k0);
-          load_a(af2, cs.w, kLd, vrow, k0 + 16);
-          load_b_kn(bf, sm.sb, kLdT, k0, vcol);
-          load_b_kn(bf2, sm.sb, kLdT, k0 + 16, vcol);
-          mma(acc[0], af, bf[0], bf[1]);
-          mma(acc[1], af, bf[2], bf[3]);
-          mma(acc2[0], af2, bf2[0], bf2[1]);
-          mma(acc2[1], af2, bf2[2], bf2[3]);
+        for (int kk = 0; kk < kD / 16; ++kk) {
+          uint32_t af[4], bf[4];
+          load_a(af, cs.w, kLd, vrow, kk * 16);
+          load_b_kn(bf, sm.sb, kLdT, kk * 16, vcol);
+          mma(acc[kk & 3][0], af, bf[0], bf[1]);
+          mma(acc[kk & 3][1], af, bf[2], bf[3]);
         }
+        // While the products run: the previous event's snapshot, the copies of the event after next.
+        flush_snapshot();
+        if (nxt2 < wn) fetch(buf == 0 ? 2 : buf - 1, w0 + nxt2);
 #pragma unroll
-        for (int nt = 0; nt < 2; ++nt)
+        for (int half = 0; half < 2; ++half) {
+          const int row = vrow + gq + half * 8;
+          const float f = __expf(big_gamma - cs.gam[row]);
 #pragma unroll
-          for (int half = 0; half < 2; ++half) {
-            const int row = vrow + gq + half * 8, col = vcol + nt * 8 + tq * 2;
+          for (int nt = 0; nt < 2; ++nt) {
+            const int col = vcol + nt * 8 + tq * 2;
             const float2 uu = unpack_bf16(*reinterpret_cast<const uint32_t*>(cs.u + row * kLdT + col));
-            const float f = __expf(big_gamma - cs.gam[row]);
-            const float x0 = uu.x - acc[nt][2 * half] - acc2[nt][2 * half];
-            const float x1 = uu.y - acc[nt][2 * half + 1] - acc2[nt][2 * half + 1];
-            *reinterpret_cast<uint32_t*>(sm.vh + row * kLdT + col) = pack_bf16(x0 * f, x1 * f);
+            float x[2];
+            for (int e = 0; e < 2; ++e) {
+              const int r = 2 * half + e;
+              x[e] =
+                  ((e ? uu.y : uu.x) - ((acc[0][nt][r] + acc[1][nt][r]) + (acc[2][nt][r] + acc[3][nt][r]))) *
+                  f;
+            }
+            *reinterpret_cast<uint32_t*>(sm.vh + row * kLdT + col) = pack_bf16(x[0], x[1]);
           }
+        }
       }
       __syncthreads();
-      {  // S = e^Γ S + Kᵀ Vh: rows 16w.., 32 columns, k = 64
+      {  // S = e^Γ S + Kᵀ Vh: rows 16w.., 32 columns, k = 64; the second half of k into a second set
         const float decay = __expf(big_gamma);
+        float st2[4][4] = {};
         for (int nt = 0; nt < 4; ++nt)
           for (int r = 0; r < 4; ++r) st[nt][r] *= decay;
 #pragma unroll
@@ -1342,11 +1359,14 @@ __global__ void __launch_bounds__(kRecThreads)
           load_a_t(af, cs.k, kLd, warp * 16, k0);
           load_b_kn(bf, sm.vh, kLdT, k0, 0);
           load_b_kn(bf2, sm.vh, kLdT, k0, 16);
-          mma(st[0], af, bf[0], bf[1]);
-          mma(st[1], af, bf[2], bf[3]);
-          mma(st[2], af, bf2[0], bf2[1]);
-          mma(st[3], af, bf2[2], bf2[3]);
+          float(&d)[4][4] = k0 < kC / 2 ? st : st2;
+          mma(d[0], af, bf[0], bf[1]);
+          mma(d[1], af, bf[2], bf[3]);
+          mma(d[2], af, bf2[0], bf2[1]);
+          mma(d[3], af, bf2[2], bf2[3]);
         }
+        for (int nt = 0; nt < 4; ++nt)
+          for (int r = 0; r < 4; ++r) st[nt][r] += st2[nt][r];
       }
       // Sb = bf16(S): every read of the old Sb (W Sb above) is behind the barrier. The next event's data must
       // be visible after the barrier below, so its copies are waited for first.
@@ -1357,11 +1377,13 @@ __global__ void __launch_bounds__(kRecThreads)
         cp_async_wait_all();
       __syncthreads();
       ++slot;
-      write_snapshot(slot, int32_t(c));
-      buf = (buf + 1) % 3;
+      snap_slot = slot;
+      snap_chunk = int32_t(c);
+      buf = buf == 2 ? 0 : buf + 1;
       nxt1 = nxt2;
     }
   }
+  flush_snapshot();
   if (a.final_state) {
     const float carried = __expf(pending);
     for (int nt = 0; nt < 4; ++nt)
@@ -1431,25 +1453,36 @@ __global__ void __launch_bounds__(256) output_tc_kernel(OutputArgs a, const bf16
     const int64_t t0 = a.seq_start[s] + c * kC;
     const int len = int(min_i64(kC, a.seq_len[s] - c * kC));
     const int64_t cslot = id * a.HV + hv;
+    // Two copy groups: W (with Sb, committed before) for W Sb, then Q, K, γ, which arrive while W Sb runs.
+    // This thread's U values go to registers meanwhile.
+    copy_rows(sm.w, w_all + cslot * kC * kD, kD, kC);
+    cp_async_commit();
     copy_rows(sm.q, qp + (t0 * a.H + h) * kD, int64_t(a.H) * kD, len);
     copy_rows(sm.k, kp + (t0 * a.H + h) * kD, int64_t(a.H) * kD, len);
-    copy_rows(sm.w, w_all + cslot * kC * kD, kD, kC);
     if (threadIdx.x < kC / 4)
       cp_async16(sm.gam + threadIdx.x * 4, a.gamma + cslot * kC + threadIdx.x * 4, true);
     cp_async_commit();
-    cp_async_wait_all();
+    uint32_t ureg[8][2];
+    {
+      const bf16* u = u_all + cslot * kC * kD;
+      for (int nt = 0; nt < 8; ++nt)
+        for (int half = 0; half < 2; ++half)
+          ureg[nt][half] = __ldg(
+              reinterpret_cast<const unsigned int*>(u + (wm + gq + half * 8) * kD + wn + nt * 8 + tq * 2));
+    }
+    asm volatile("cp.async.wait_group 1;\n" ::: "memory");
     __syncthreads();
     // v = U − W Sb (registers), rows wm.., columns wn..wn+63
     float vacc[8][4] = {};
     warp_tile_mma<4, kD, false, false>(vacc, sm.w, kLd, wm, sm.sb, kLd, wn);
-    const bf16* u = u_all + cslot * kC * kD;
     for (int nt = 0; nt < 8; ++nt)
       for (int half = 0; half < 2; ++half) {
-        const int row = wm + gq + half * 8, col = wn + nt * 8 + tq * 2;
-        const float2 uu = unpack_bf16(*reinterpret_cast<const uint32_t*>(u + row * kD + col));
+        const float2 uu = unpack_bf16(ureg[nt][half]);
         vacc[nt][2 * half] = uu.x - carried * vacc[nt][2 * half];
         vacc[nt][2 * half + 1] = uu.y - carried * vacc[nt][2 * half + 1];
       }
+    cp_async_wait_all();
+    __syncthreads();
     // A = Q Kᵀ ⊙ D ⊙ lower_incl: rows wm.., columns 32 (w >> 2)..
     {
       float acc[4][4] = {};
