@@ -2,7 +2,10 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <numeric>
+
+#include "core/error.h"
 
 namespace sgdn {
 
@@ -17,6 +20,42 @@ std::vector<int64_t> chunks_by_score(const UnitScores& scores, int64_t unit) {
   std::stable_sort(order.begin(), order.end(),
                    [&](int64_t a, int64_t b) { return scores.at(unit, a) > scores.at(unit, b); });
   return order;
+}
+
+namespace {
+// Equal as numbers where both parse as numbers ("1" and "1.0"), else as text.
+bool same_value(const std::string& a, const std::string& b) {
+  char* end_a = nullptr;
+  char* end_b = nullptr;
+  const double x = std::strtod(a.c_str(), &end_a), y = std::strtod(b.c_str(), &end_b);
+  if (!a.empty() && !b.empty() && *end_a == '\0' && *end_b == '\0') return x == y;
+  return a == b;
+}
+}  // namespace
+
+std::string selector_param_text(const std::string& name, const std::map<std::string, std::string>& config) {
+  if (!selector_registry().contains(name)) return "";
+  std::string out;
+  for (const ParamSpec& spec : selector_registry().entry(name).params) {
+    if (spec.key == "rho" || spec.key == "tau") continue;
+    const auto it = config.find("selector." + spec.key);
+    if (it != config.end() && !same_value(it->second, spec.default_value)) out += " " + spec.key + "=" + it->second;
+  }
+  return out;
+}
+
+HeadBudgetPlan head_budget_plan(double rho, int64_t min_per_head, double max_fraction, int64_t n,
+                                int64_t units) {
+  HeadBudgetPlan plan;
+  plan.budget = budget_of(rho, n * units);
+  plan.floor_each = std::min(min_per_head, n);
+  plan.cap = budget_of(max_fraction, n);
+  require(plan.floor_each * units <= plan.budget, "selector.min_per_head = ", min_per_head, " needs ",
+          plan.floor_each * units, " events but the budget round(rho N heads) is ", plan.budget);
+  require(plan.floor_each <= plan.cap, "selector.min_per_head = ", min_per_head,
+          " is above the cap round(max_fraction N) = ", plan.cap, " (max_fraction = ", max_fraction,
+          ", N = ", n, ")");
+  return plan;
 }
 
 }  // namespace sgdn

@@ -2,6 +2,7 @@
 // granularity), choose which events (unit, chunk) write into the carried state.
 #pragma once
 #include <cstdint>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -34,5 +35,21 @@ Registry<Selector>& selector_registry();
 int64_t budget_of(double rho, int64_t n);
 // The chunk indices of one unit ordered by score, highest first; ties toward the earlier chunk.
 std::vector<int64_t> chunks_by_score(const UnitScores& scores, int64_t unit);
+
+// " key=value" for each parameter of selector `name` (other than rho and tau, which tables show in their
+// own column) whose value in `config` ("selector.<key>" entries) differs from its registered default: what
+// tells apart runs of one selector in labels and tables. "" for a selector this build does not know.
+std::string selector_param_text(const std::string& name, const std::map<std::string, std::string>& config);
+
+// head_budget's numbers for a sequence of n chunks and `units` units: the shared budget round(rho n units),
+// each unit's floor min(min_per_head, n) and its cap round(max_fraction n) (events a unit may keep at most).
+// Raises sgdn::Error naming the parameter when the floors exceed the budget or the cap. Both backends use it.
+struct HeadBudgetPlan {
+  int64_t budget = 0;
+  int64_t floor_each = 0;
+  int64_t cap = 0;
+};
+HeadBudgetPlan head_budget_plan(double rho, int64_t min_per_head, double max_fraction, int64_t n,
+                                int64_t units);
 
 }  // namespace sgdn

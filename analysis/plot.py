@@ -84,17 +84,23 @@ def solver_label(run):
 
 
 def make_selector_labeller(runs):
-    """Selector name, with score / granularity added only where runs of that selector differ in them."""
+    """Selector name, with score / granularity and any other selector parameter (min_per_head, max_fraction,
+    ...; rho and tau are the budget) added only where runs of that selector differ in them."""
+    shown_as_value = ("selector.score", "selector.granularity")
+    budget_keys = ("selector.name", "selector.rho", "selector.tau")
     varying = defaultdict(lambda: defaultdict(set))
     for run in runs:
         a = run["a"]
-        for key in ("selector.score", "selector.granularity"):
-            varying[a.get("selector.name", "?")][key].add(a.get(key))
+        for key in a:
+            if key.startswith("selector.") and key not in budget_keys:
+                varying[a.get("selector.name", "?")][key].add(str(a.get(key)))
 
     def label(run):
         a = run["a"]
         name = a.get("selector.name", "?")
-        extra = [str(a.get(k)) for k in ("selector.score", "selector.granularity") if len(varying[name][k]) > 1]
+        keys = [k for k in shown_as_value if len(varying[name][k]) > 1]
+        keys += sorted(k for k in varying[name] if k not in shown_as_value and len(varying[name][k]) > 1)
+        extra = [str(a.get(k)) if k in shown_as_value else f"{k.split('.', 1)[1]}={a.get(k)}" for k in keys]
         return "/".join([name] + extra)
     return label
 
@@ -328,7 +334,9 @@ def plot_needle_heatmap(runs, out_dir, sel_label):
             ax.set_yticks(range(len(depths)))
             ax.set_yticklabels([f"{d:g}%" for d in depths], fontsize=7)
             if i == 0:
-                ax.set_title(f"{cfg[1]}\n{cfg[2]}".rstrip(), fontsize=8)
+                # a long selector label (score, parameters) breaks at its '/' so that panels do not overlap
+                name = cfg[1] if len(cfg[1]) <= 22 else cfg[1].replace("/", "/\n")
+                ax.set_title(f"{name}\n{cfg[2]}".rstrip(), fontsize=8)
             if col == 0:
                 ax.set_ylabel(f"{row[0]}\nG={row[1]}{chr(10) + 'task ' + row[2] if row[2] else ''}\n\ndepth", fontsize=8, rotation=0, ha="right", va="center")
             if i == len(rows) - 1:

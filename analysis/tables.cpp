@@ -54,7 +54,7 @@ std::string selector_label(const RunRecord& r) {
   if (reads_scores(s))
     s += "/" + value_or(r.config, "selector.score", "?") + "/" +
          value_or(r.config, "selector.granularity", "?");
-  return s;
+  return s + selector_param_text(value_or(r.config, "selector.name", "?"), r.config);
 }
 
 std::string budget_label(const RunRecord& r) {

@@ -176,6 +176,7 @@ std::string RunSpec::label() const {
   out << " " << get("selector.name");
   if (resolved.count("selector.rho")) out << " rho=" << get("selector.rho");
   if (resolved.count("selector.tau")) out << " tau=" << get("selector.tau");
+  out << selector_param_text(get("selector.name"), resolved);
   out << " G=" << get("run.group") << " " << get("workload.kind");
   if (resolved.count("workload.task")) out << ":" << get("workload.task");
   if (resolved.count("workload.tokens")) out << " T=" << get("workload.tokens");
@@ -297,9 +298,15 @@ RunSpec resolve_run(const Settings& settings) {
   // How a run is measured is not what it computes: the timing repeats stay out of its identity, so a rerun with
   // more repeats finds the run done.
   static const std::set<std::string> measurement_only = {"run.timing_repeats"};
+  // Keys added after results were first written, at the default that computes what builds without them
+  // computed: left out of the identity there, so that earlier result files still resume.
+  static const std::map<std::string, std::string> later_keys = {{"selector.max_fraction", "1"}};
   std::string text;
-  for (const auto& [key, v] : r)
-    if (!measurement_only.count(key)) text += key + "=" + v + "\n";
+  for (const auto& [key, v] : r) {
+    const auto later = later_keys.find(key);
+    if (measurement_only.count(key) || (later != later_keys.end() && v == later->second)) continue;
+    text += key + "=" + v + "\n";
+  }
   run.id = "r" + short_hash(text);
   return run;
 }

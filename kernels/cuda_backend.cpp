@@ -151,6 +151,7 @@ cuda::Problem make_problem(const Shape& shape, double scale, const EngineConfig&
   } else if (selector == "head_budget") {
     p.selector = cuda::SelectorKind::head_budget;
     p.min_per_head = sp.get_int("min_per_head", 0);
+    p.max_fraction = sp.get_double("max_fraction", 1.0);
   } else if (selector == "threshold") {
     p.selector = cuda::SelectorKind::threshold;
     p.tau = sp.get_double("tau", 1.0);
@@ -169,14 +170,9 @@ cuda::Problem make_problem(const Shape& shape, double scale, const EngineConfig&
       options.output_precision == CudaPrecision::bfloat16 ? cuda::DType::bfloat16 : cuda::DType::float32;
   p.tensor_cores = options.tensor_cores;
 
-  if (p.selector == cuda::SelectorKind::head_budget && p.min_per_head > 0) {
-    // The CPU selector's error, raised here because the kernel cannot throw.
-    const int64_t n = num_chunks(shape.tokens, config.chunk), units = p.units();
-    const int64_t floor_each = std::min<int64_t>(p.min_per_head, n);
-    const int64_t budget = budget_of(p.rho, n * units);
-    require(floor_each * units <= budget, "selector.min_per_head = ", p.min_per_head, " needs ",
-            floor_each * units, " events but the budget round(rho N heads) is ", budget);
-  }
+  if (p.selector == cuda::SelectorKind::head_budget)  // the CPU selector's errors (the kernels cannot throw)
+    head_budget_plan(p.rho, p.min_per_head, p.max_fraction, num_chunks(shape.tokens, config.chunk),
+                     p.units());
   if (std::string problem = cuda::check_problem(p); !problem.empty()) fail("CUDA backend: ", problem);
   return p;
 }

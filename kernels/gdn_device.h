@@ -52,7 +52,8 @@ struct Problem {
   double tau = 1.0;
   uint64_t seed = 0;
   int64_t min_per_head = 0;
-  float scale = 0.f;  // <= 0: 1/sqrt(K)
+  double max_fraction = 1.0;  // head_budget: a unit keeps at most round(max_fraction N) events
+  float scale = 0.f;          // <= 0: 1/sqrt(K)
   DType input_dtype = DType::float32;
   DType output_dtype = DType::float32;
   // Tensor-core path (issue 5): bf16 operands with fp32 accumulation for every matrix product, bf16 U/W.

@@ -476,6 +476,22 @@ __global__ void mark_top_per_unit_kernel(const int32_t* chunk_offset, int HV, in
   }
 }
 
+// head_budget's cap: in each unit's score order, the events from round(max_fraction N) on are marked 2
+// (blocked): the shared walk passes over them as it does over kept ones, and they count as not kept after it.
+__global__ void mark_capped_kernel(const int32_t* chunk_offset, int HV, int units, int tie_bits,
+                                   double max_fraction, const uint64_t* sorted, uint8_t* unit_mask) {
+  const int64_t s = blockIdx.x;
+  const int u = blockIdx.y;
+  const int64_t n = chunk_offset[s + 1] - chunk_offset[s];
+  const int64_t base = int64_t(chunk_offset[s]) * HV;
+  for (int64_t i = budget_of(max_fraction, n) + threadIdx.x; i < n; i += blockDim.x) {
+    int64_t c;
+    int uu;
+    decode_key(sorted[base + u * n + i], units, tie_bits, &c, &uu);
+    unit_mask[base + uu * n + c] = 2;
+  }
+}
+
 // head_budget: walk the sequence's events in score order and keep the first `remaining` not yet kept.
 __global__ void mark_shared_budget_kernel(const int32_t* chunk_offset, int HV, int units, int tie_bits,
                                           double rho, int64_t floor_each, const uint64_t* sorted,
@@ -589,11 +605,11 @@ __global__ void expand_mask_kernel(const int32_t* chunk_offset, int HV, int unit
   const int per_unit = HV / units;
   for (int64_t e = threadIdx.x; e < n * HV; e += blockDim.x) {
     const int64_t hv = e / n, c = e % n;
-    head_mask[base + e] = unit_mask[base + (hv / per_unit) * n + c];
+    head_mask[base + e] = unit_mask[base + (hv / per_unit) * n + c] == 1;  // 2: blocked by a cap
   }
   for (int u = threadIdx.x; u < units; u += blockDim.x) {
     int32_t kept = 0;
-    for (int64_t c = 0; c < n; ++c) kept += unit_mask[base + u * n + c];
+    for (int64_t c = 0; c < n; ++c) kept += unit_mask[base + u * n + c] == 1;
     budget[s * units + u] = kept;
   }
 }
@@ -1726,6 +1742,9 @@ std::string check_problem(const Problem& p) {
   if (!(p.rho > 0 && p.rho <= 1)) return msg("selector rho = ", std::to_string(p.rho), " is outside (0, 1]");
   if (!(p.tau >= 0)) return "selector tau must be >= 0";
   if (p.min_per_head < 0) return "selector min_per_head must be >= 0";
+  if (p.selector == SelectorKind::head_budget && !(p.max_fraction >= p.rho && p.max_fraction <= 1))
+    return msg("selector max_fraction = ", std::to_string(p.max_fraction),
+               " is outside [rho, 1] (rho = ", std::to_string(p.rho), ")");
   const bool uses_scores = p.selector == SelectorKind::topk || p.selector == SelectorKind::head_budget ||
                            p.selector == SelectorKind::threshold;
   if (uses_scores && p.score == ScoreKind::none)
@@ -1882,11 +1901,18 @@ std::string forward(const Problem& p, const DeviceTensors& t, void* workspace, s
       SGDN_TRY_LAUNCH("mark_top_per_unit_kernel");
       break;
     case SelectorKind::head_budget:
-      if (p.min_per_head > 0) {
+      if (p.min_per_head > 0 || p.max_fraction < 1) {
         if (std::string e = sort_keys(true); !e.empty()) return e;
-        mark_top_per_unit_kernel<<<dim3(unsigned(S), unsigned(units)), kThreads, 0, stream>>>(
-            ws.chunk_offset, HV, units, tie_bits, p.rho, p.min_per_head, ws.keys_out, ws.unit_mask);
-        SGDN_TRY_LAUNCH("mark_top_per_unit_kernel");
+        if (p.min_per_head > 0) {
+          mark_top_per_unit_kernel<<<dim3(unsigned(S), unsigned(units)), kThreads, 0, stream>>>(
+              ws.chunk_offset, HV, units, tie_bits, p.rho, p.min_per_head, ws.keys_out, ws.unit_mask);
+          SGDN_TRY_LAUNCH("mark_top_per_unit_kernel");
+        }
+        if (p.max_fraction < 1) {
+          mark_capped_kernel<<<dim3(unsigned(S), unsigned(units)), kThreads, 0, stream>>>(
+              ws.chunk_offset, HV, units, tie_bits, p.max_fraction, ws.keys_out, ws.unit_mask);
+          SGDN_TRY_LAUNCH("mark_capped_kernel");
+        }
       }
       if (std::string e = sort_keys(false); !e.empty()) return e;
       mark_shared_budget_kernel<<<unsigned(S), 1024, 0, stream>>>(ws.chunk_offset, HV, units, tie_bits, p.rho,

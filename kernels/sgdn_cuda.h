@@ -27,7 +27,7 @@
 extern "C" {
 #endif
 
-#define SGDN_CUDA_ABI_VERSION 2
+#define SGDN_CUDA_ABI_VERSION 3
 
 typedef struct CUstream_st* sgdn_cuda_stream; /* the same type as cudaStream_t; NULL is the default stream */
 
@@ -75,6 +75,8 @@ typedef struct {
   int32_t output_dtype;                          /* sgdn_cuda_dtype of o */
   int32_t tensor_cores; /* 1 (default): bf16 tensor-core kernels where they apply (bf16 inputs, K = V = 128,
                            C = 64; error vs float64 ~3e-3); 0: fp32 arithmetic everywhere (ABI version 2) */
+  double max_fraction;  /* head_budget: a unit keeps at most round(max_fraction N) events, in [rho, 1];
+                           default 1 (no cap) (ABI version 3) */
 } sgdn_cuda_config;
 
 typedef struct {

@@ -57,6 +57,7 @@ sgdn::cuda::Problem to_problem(const sgdn_cuda_config& c) {
   p.tau = c.tau;
   p.seed = c.seed;
   p.min_per_head = c.min_per_head;
+  p.max_fraction = c.max_fraction;
   p.scale = c.scale;
   p.input_dtype = DType(c.input_dtype);
   p.output_dtype = DType(c.output_dtype);
@@ -110,6 +111,7 @@ void sgdn_cuda_default_config(sgdn_cuda_config* config) {
   config->input_dtype = SGDN_CUDA_FLOAT32;
   config->output_dtype = SGDN_CUDA_FLOAT32;
   config->tensor_cores = 1;
+  config->max_fraction = 1.0;
 }
 
 sgdn_cuda_status sgdn_cuda_workspace_size(const sgdn_cuda_config* config, size_t* bytes) {

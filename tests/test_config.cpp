@@ -138,6 +138,16 @@ selector.rho = 0.1, 0.2
   CHECK(runs.size() == 9);
 }
 
+TEST_CASE("a strategy parameter added later leaves earlier run ids unchanged at its default", "[config]") {
+  // The id this run had before head_budget's max_fraction existed: result files written then still resume.
+  const char* kRun = "[workload]\nkind = random\ntokens = 128\n";
+  CHECK(parse_experiment(kRun, {}).expand().at(0).id == "rb40956a2b937");
+  CHECK(parse_experiment(kRun, {"selector.max_fraction=1.0"}).expand().at(0).id == "rb40956a2b937");
+  const RunSpec capped = parse_experiment(kRun, {"selector.max_fraction=0.5"}).expand().at(0);
+  CHECK(capped.id != "rb40956a2b937");
+  CHECK(capped.label().find("max_fraction=0.5") != std::string::npos);
+}
+
 TEST_CASE("run ids do not depend on how a number or boolean is written", "[config]") {
   const auto a = parse_experiment("[selector]\nrho = 0.1\n[dump]\nstates = yes\n", {}).expand().at(0);
   const auto b = parse_experiment("[selector]\nrho = 0.10\n[dump]\nstates = true\n", {}).expand().at(0);

@@ -143,6 +143,35 @@ TEST_CASE("head_budget shares one budget across units by score", "[selector]") {
                     Catch::Contains("min_per_head"));
 }
 
+TEST_CASE("head_budget's max_fraction caps each unit and passes the rest of the budget on", "[selector]") {
+  const std::vector<double> scores = {9, 8, 7, 1, /* unit 1 */ 6, 0.5, 0.2, 0.1};
+  // Budget 4, cap round(0.5 * 4) = 2: unit 0 stops at 9 and 8; its 7 goes to unit 1's 6 and 0.5.
+  const auto capped = select(*selector("head_budget", {{"rho", "0.5"}, {"max_fraction", "0.5"}}), scores, 2);
+  CHECK(capped == std::vector<uint8_t>{1, 1, 0, 0, 1, 1, 0, 0});
+  // A cap of 3 binds less: unit 0 keeps 9, 8, 7 and unit 1 its 6.
+  const auto three = select(*selector("head_budget", {{"rho", "0.5"}, {"max_fraction", "0.75"}}), scores, 2);
+  CHECK(three == std::vector<uint8_t>{1, 1, 1, 0, 1, 0, 0, 0});
+  // The floor counts toward the cap.
+  const auto both = select(
+      *selector("head_budget", {{"rho", "0.5"}, {"min_per_head", "1"}, {"max_fraction", "0.5"}}), scores, 2);
+  CHECK(both == std::vector<uint8_t>{1, 1, 0, 0, 1, 1, 0, 0});
+  CHECK_THROWS_WITH(selector("head_budget", {{"rho", "0.5"}, {"max_fraction", "0.25"}}),
+                    Catch::Contains("max_fraction"));
+  CHECK_THROWS_WITH(selector("head_budget", {{"rho", "0.5"}, {"max_fraction", "1.5"}}),
+                    Catch::Contains("max_fraction"));
+}
+
+TEST_CASE("selector_param_text names the parameters that differ from their defaults", "[selector]") {
+  CHECK(selector_param_text("head_budget", {{"selector.max_fraction", "0.4"},
+                                            {"selector.min_per_head", "0"}}) == " max_fraction=0.4");
+  CHECK(selector_param_text("head_budget", {{"selector.max_fraction", "1.0"}, {"selector.rho", "0.5"}})
+            .empty());
+  CHECK(selector_param_text("head_budget",
+                            {{"selector.min_per_head", "2"}, {"selector.max_fraction", "0.5"}}) ==
+        " min_per_head=2 max_fraction=0.5");
+  CHECK(selector_param_text("no_such_selector", {{"selector.x", "1"}}).empty());
+}
+
 TEST_CASE("head_budget keeps round(rho N units) overall on random scores", "[selector]") {
   std::mt19937_64 rng(9);
   std::uniform_real_distribution<double> u(0, 1);

@@ -16,7 +16,7 @@ mkdir -p "$WORK"
 for task in $TASKS; do
   file=$WORK/needle_gpu_$task.h5
   start=$(date +%s)
-  "$SGDN" run experiments/configs/needle_gpu.ini --set workload.task=$task --out "$file" "$@" >"$OUT/needle_$task.log" 2>&1
+  "$SGDN" run "${CONFIG:-experiments/configs/needle_gpu.ini}" --set workload.task=$task --out "$file" "$@" >"$OUT/needle_$task.log" 2>&1
   echo "task $task: status $? in $(( $(date +%s) - start )) s" | tee -a "$OUT/needle_device.txt"
   [ -f "$file" ] && python3 analysis/metrics_only.py "$file" "$OUT/needle_gpu_${task}_metrics.h5"
 done

@@ -11,36 +11,11 @@ export LD_LIBRARY_PATH=$DIST/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH} SGDN_CUDA_
 NCU=$(command -v ncu || echo /usr/local/cuda/bin/ncu)
 REP=/tmp/sgdn_profile
 # stages.py runs each configuration twice (warm-up, then timed): skip the warm-up's three kernels.
-timeout 240 "$NCU" -f -o "$REP" --set full --import-source yes -k regex:"prepare_tc|recurrence_tc|output_tc" \
+timeout 240 "$NCU" -f -o "$REP" --set full --import-source no -k regex:"prepare_tc|recurrence_tc|output_tc" \
   --launch-skip 3 --launch-count 3 python3 experiments/perf/stages.py "${T:-32768}" > /tmp/ncu_run.log 2>&1
 echo "ncu rc=$?" > "$OUT/profile.txt"
 tail -5 /tmp/ncu_run.log >> "$OUT/profile.txt"
 "$NCU" -i "$REP.ncu-rep" --page details --print-units base >> "$OUT/profile.txt" 2>&1
-# CUDA source lines with the most stall samples (lineinfo), per kernel: where the time goes in source terms.
-for kernel in prepare_tc recurrence_tc output_tc; do
-  "$NCU" -i "$REP.ncu-rep" --page source --csv --print-source cuda -k regex:$kernel > /tmp/cuda_$kernel.csv 2>&1
-  python3 - /tmp/cuda_$kernel.csv $kernel >> "$OUT/profile.txt" <<'PY'
-import csv, sys
-path, kernel = sys.argv[1], sys.argv[2]
-rows = list(csv.reader(open(path, errors="replace")))
-head = next((i for i, r in enumerate(rows) if any("Source" == c.strip() for c in r)), None)
-if head is None:
-    print(f"\n{kernel} (cuda): no source table"); print("".join(open(path, errors="replace").readlines()[:5])); sys.exit()
-cols = rows[head]
-src = cols.index("Source")
-stall = next((i for i, c in enumerate(cols) if "Stall Sampling (All" in c), None)
-if stall is None:
-    print(f"\n{kernel} (cuda): no stall-sampling column"); sys.exit()
-body = [r for r in rows[head + 1:] if len(r) == len(cols)]
-def num(x):
-    try: return float(x.replace(",", ""))
-    except ValueError: return 0.0
-total = sum(num(r[stall]) for r in body) or 1
-print(f"\n{kernel} (cuda source): {total:.0f} stall samples; top 40 lines (samples, %, line, source):")
-for r in sorted(body, key=lambda r: -num(r[stall]))[:40]:
-    print(f"{num(r[stall]):8.0f} {100 * num(r[stall]) / total:5.1f}%  {r[0]:>6} {r[src].strip()[:100]}")
-PY
-done
 for kernel in recurrence_tc prepare_tc output_tc; do
   "$NCU" -i "$REP.ncu-rep" --page source --csv --print-source sass -k regex:$kernel > /tmp/src_$kernel.csv 2>&1
   python3 - /tmp/src_$kernel.csv $kernel >> "$OUT/profile.txt" <<'PY'

@@ -19,6 +19,7 @@ import torch
 
 __all__ = ["SgdnCudaError", "chunk_sparse_gdn", "load_library"]
 
+ABI_VERSION = 3  # kernels/sgdn_cuda.h SGDN_CUDA_ABI_VERSION: the Config layout below
 FLOAT32, BFLOAT16 = 0, 1
 SCORES = {"none": 0, "update_norm": 1, "survival": 2}
 SELECTORS = {"dense": 0, "random": 1, "stride": 2, "topk": 3, "head_budget": 4, "threshold": 5}
@@ -56,6 +57,7 @@ class Config(ctypes.Structure):
         ("input_dtype", ctypes.c_int32),
         ("output_dtype", ctypes.c_int32),
         ("tensor_cores", ctypes.c_int32),
+        ("max_fraction", ctypes.c_double),
     ]
 
 
@@ -92,6 +94,9 @@ def load_library(path: str | None = None):
     lib.sgdn_cuda_last_error.argtypes = []
     lib.sgdn_cuda_last_error.restype = ctypes.c_char_p
     lib.sgdn_cuda_abi_version.restype = ctypes.c_int
+    if lib.sgdn_cuda_abi_version() != ABI_VERSION:
+        raise RuntimeError(f"{lib._name} has ABI version {lib.sgdn_cuda_abi_version()}; this module speaks "
+                           f"version {ABI_VERSION} (rebuild the library or update sgdn_cuda.py)")
     _lib = lib
     return lib
 
@@ -113,8 +118,8 @@ def _ptr(t):
 def chunk_sparse_gdn(q, k, v, g, beta, *, scale=None, initial_state=None, output_final_state=True,
                      cu_seqlens=None, chunk=64, group=1, solver="exact", block=16, band=1,
                      selector="dense", rho=0.29, score="survival", granularity="pair", seed=0, tau=1.0,
-                     min_per_head=0, skip_own_group=False, output_dtype=None, workspace=None,
-                     tensor_cores=True):
+                     min_per_head=0, max_fraction=1.0, skip_own_group=False, output_dtype=None,
+                     workspace=None, tensor_cores=True):
     """Sparse GDN prefill on the GPU (SPEC §3–§7). Returns (o, final_state or None, events) where events is a
     dict with `mask` and `score` (flat, per sequence [HV, N_s] blocks), `budget` [num_seqs, units] and
     `chunk_offsets` (the per-sequence chunk offsets that index them)."""
@@ -177,6 +182,7 @@ def chunk_sparse_gdn(q, k, v, g, beta, *, scale=None, initial_state=None, output
     config.selector = SELECTORS[selector]
     config.head_granularity = 0 if granularity == "pair" else 1
     config.rho, config.tau, config.seed, config.min_per_head = float(rho), float(tau), int(seed), int(min_per_head)
+    config.max_fraction = float(max_fraction)
     config.scale = float(scale) if scale is not None else 0.0
     config.input_dtype = BFLOAT16 if q.dtype == torch.bfloat16 else FLOAT32
     out_dtype = output_dtype or q.dtype

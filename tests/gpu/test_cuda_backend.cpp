@@ -171,13 +171,16 @@ TEST_CASE("CUDA sparse engine matches the CPU engine: masks, budgets, outputs, s
     std::string name;
     std::map<std::string, std::string> params;
   };
-  const std::vector<Sel> selectors = {{"dense", {}},
-                                      {"random", {{"rho", "0.3"}, {"seed", "5"}}},
-                                      {"stride", {{"rho", "0.3"}}},
-                                      {"topk", {{"rho", "0.3"}}},
-                                      {"head_budget", {{"rho", "0.29"}}},
-                                      {"head_budget", {{"rho", "0.4"}, {"min_per_head", "2"}}},
-                                      {"threshold", {{"tau", "1.0"}}}};
+  const std::vector<Sel> selectors = {
+      {"dense", {}},
+      {"random", {{"rho", "0.3"}, {"seed", "5"}}},
+      {"stride", {{"rho", "0.3"}}},
+      {"topk", {{"rho", "0.3"}}},
+      {"head_budget", {{"rho", "0.29"}}},
+      {"head_budget", {{"rho", "0.4"}, {"min_per_head", "2"}}},
+      {"head_budget", {{"rho", "0.3"}, {"max_fraction", "0.35"}}},
+      {"head_budget", {{"rho", "0.3"}, {"min_per_head", "1"}, {"max_fraction", "0.4"}}},
+      {"threshold", {{"tau", "1.0"}}}};
   struct Solv {
     std::string name;
     std::map<std::string, std::string> params;
@@ -485,15 +488,18 @@ TEST_CASE("CUDA tensor-core path matches float64 within the bf16 bound", "[gpu][
   for (Tensor<float>* x : {&in.q, &in.k, &in.v, &in.beta})
     for (auto& value : x->values()) value = round_bf16(value);
   int compared = 0;
-  for (const std::string sel : {"head_budget", "topk", "stride", "random"})
+  for (const std::string sel : {"head_budget", "head_budget capped", "topk", "stride", "random"})
     for (const std::string solver : {"exact", "block_adjacent"})
       for (int64_t group : {1, 2, 4}) {
+        const bool capped = sel == "head_budget capped";
+        std::map<std::string, std::string> params = {{"rho", "0.29"}};
+        if (capped) params["max_fraction"] = "0.4";
         Strategies s = make_strategies(
             solver,
             solver == "exact" ? std::map<std::string, std::string>{}
                               : std::map<std::string, std::string>{{"block", "16"}, {"band", "1"}},
-            sel == "head_budget" ? "update_norm" : "survival", sel, {{"rho", "0.29"}}, 64, group,
-            Granularity::pair);
+            sel == "topk" || sel == "stride" || sel == "random" ? "survival" : "update_norm",
+            capped ? "head_budget" : sel, params, 64, group, Granularity::pair);
         s.config.keep_snapshots = true;
         const EngineResult<float> cpu = run_cpu(in, s.config);
         CudaRunOptions options;
