@@ -453,9 +453,14 @@ TEST_CASE("CUDA packed variable-length batch matches per-sequence references", "
 // Bound: SPEC §12's bf16 parity, 1e-2 relative against the float64 recurrence.
 TEST_CASE("CUDA tensor-core path matches float64 within the bf16 bound", "[gpu][tc]") {
   const std::vector<Case> cases = {
-      {make_shape(1, 333, 2, 4), false, 1},        {make_shape(2, 130, 2, 4), true, 1},
-      {make_shape(1, 64 * 21 + 5, 1, 2), true, 2}, {make_shape(1, 256, 1, 4), true, 3},
-      {make_shape(1, 7, 1, 2), false, 1},          {make_shape(1, 64 * 40, 2, 4), false, 4}};
+      {make_shape(1, 333, 2, 4), false, 1},
+      {make_shape(2, 130, 2, 4), true, 1},
+      {make_shape(1, 64 * 21 + 5, 1, 2), true, 2},
+      {make_shape(1, 256, 1, 4), true, 3},
+      {make_shape(1, 7, 1, 2), false, 1},
+      {make_shape(1, 64 * 40, 2, 4), false, 4},
+      // more recurrence blocks (2 x 32 heads x 4 tiles) than multiprocessors: several waves of them
+      {make_shape(2, 64 * 5 + 7, 8, 32), true, 1}};
   int index = 0;
   double worst = 0;
   for (const Case& cs : cases) {
@@ -487,7 +492,7 @@ TEST_CASE("CUDA tensor-core path matches float64 within the bf16 bound", "[gpu][
   Inputs<float> in = random_inputs(make_shape(2, 64 * 30 + 20, 2, 4), true, 99);
   for (Tensor<float>* x : {&in.q, &in.k, &in.v, &in.beta})
     for (auto& value : x->values()) value = round_bf16(value);
-  int compared = 0;
+  int compared = 0, configurations = 0;
   for (const std::string sel : {"head_budget", "head_budget capped", "topk", "stride", "random"})
     for (const std::string solver : {"exact", "block_adjacent"})
       for (int64_t group : {1, 2, 4}) {
@@ -506,6 +511,7 @@ TEST_CASE("CUDA tensor-core path matches float64 within the bf16 bound", "[gpu][
         options.input_precision = CudaPrecision::bfloat16;
         options.tensor_cores = true;
         const EngineResult<float> gpu = run_cuda(in, s.config, options);
+        ++configurations;
         INFO("tc sparse " << sel << " " << solver << " G " << group);
         CHECK(rel_error(gpu.event_score, cpu.event_score) <= 1e-2);
         int64_t differ = 0;
@@ -520,8 +526,36 @@ TEST_CASE("CUDA tensor-core path matches float64 within the bf16 bound", "[gpu][
         REQUIRE(gpu.snapshot_index.values() == cpu.snapshot_index.values());
         CHECK(rel_error(gpu.snapshots, cpu.snapshots) <= 1e-2);
       }
-  std::printf("tc sparse vs run_cpu: %d of 24 configurations with equal masks compared\n", compared);
-  CHECK(compared >= 12);
+  std::printf("tc sparse vs run_cpu: %d of %d configurations with equal masks compared\n", compared,
+              configurations);
+  CHECK(compared >= configurations / 2);
+  {
+    // Several waves of recurrence blocks with skipped events (more blocks than multiprocessors):
+    // head_budget against run_cpu.
+    Inputs<float> wide = random_inputs(make_shape(2, 64 * 6 + 20, 8, 32), true, 123);
+    for (Tensor<float>* x : {&wide.q, &wide.k, &wide.v, &wide.beta})
+      for (auto& value : x->values()) value = round_bf16(value);
+    Strategies s = make_strategies("block_adjacent", {{"block", "16"}, {"band", "1"}}, "update_norm",
+                                   "head_budget", {{"rho", "0.29"}}, 64, 1, Granularity::pair);
+    s.config.keep_snapshots = true;
+    const EngineResult<float> cpu = run_cpu(wide, s.config);
+    CudaRunOptions options;
+    options.input_precision = CudaPrecision::bfloat16;
+    options.tensor_cores = true;
+    const EngineResult<float> gpu = run_cuda(wide, s.config, options);
+    int64_t differ = 0;
+    for (int64_t i = 0; i < gpu.event_mask.size(); ++i) differ += gpu.event_mask[i] != cpu.event_mask[i];
+    std::printf("tc sparse, 256 recurrence blocks: %lld of %lld events differ\n", (long long)differ,
+                (long long)gpu.event_mask.size());
+    CHECK(double(differ) <= 0.05 * double(gpu.event_mask.size()));  // near-ties in bf16 scores, as above
+    if (differ == 0) {
+      const double err_o = rel_error(gpu.o, cpu.o), err_s = rel_error(gpu.final_state, cpu.final_state);
+      worst = std::max(worst, std::max(err_o, err_s));
+      CHECK(err_o <= 1e-2);
+      CHECK(err_s <= 1e-2);
+      CHECK(rel_error(gpu.snapshots, cpu.snapshots) <= 1e-2);
+    }
+  }
   VarlenCase vc;
   vc.lengths = {130, 64, 0, 1, 257, 40, 64 * 9};
   vc.bf16 = true;
