@@ -252,15 +252,48 @@ struct VarlenCase {
 
 // Packs random sequences, runs the GPU engine once through the plain-pointer API with cu_seqlens, and
 // checks every sequence against its own reference. Returns the worst relative error.
+// q, k, v, beta rounded to bf16 in place: what the GPU reads in bf16, for references that read the same.
+void round_to_bf16(Inputs<float>& in) {
+  for (Tensor<float>* x : {&in.q, &in.k, &in.v, &in.beta})
+    for (auto& value : x->values()) value = round_bf16(value);
+}
+
+// One sparse configuration through run_cpu and the tensor-core run_cuda (snapshots kept), with the number of
+// events whose masks differ (near-ties of scores computed from bf16 products may reorder).
+struct TcAgainstCpu {
+  EngineResult<float> cpu, gpu;
+  int64_t differ = 0;
+};
+TcAgainstCpu run_tc_against_cpu(const Inputs<float>& in, EngineConfig config) {
+  config.keep_snapshots = true;
+  TcAgainstCpu r;
+  r.cpu = run_cpu(in, config);
+  CudaRunOptions options;
+  options.input_precision = CudaPrecision::bfloat16;
+  options.tensor_cores = true;
+  r.gpu = run_cuda(in, config, options);
+  for (int64_t i = 0; i < r.gpu.event_mask.size(); ++i)
+    r.differ += r.gpu.event_mask[i] != r.cpu.event_mask[i];
+  return r;
+}
+
+// Where the masks agree: outputs, final states and snapshots within the bf16 bound; returns the worst error.
+double check_tc_outputs(const TcAgainstCpu& r) {
+  const double err_o = rel_error(r.gpu.o, r.cpu.o), err_s = rel_error(r.gpu.final_state, r.cpu.final_state);
+  CHECK(err_o <= 1e-2);
+  CHECK(err_s <= 1e-2);
+  REQUIRE(r.gpu.snapshot_index.values() == r.cpu.snapshot_index.values());
+  CHECK(rel_error(r.gpu.snapshots, r.cpu.snapshots) <= 1e-2);
+  return std::max(err_o, err_s);
+}
+
 double check_varlen(const VarlenCase& vc) {
   const int H = vc.H, HV = vc.HV, K = vc.K, V = vc.V;
   int64_t total = 0;
   for (int64_t l : vc.lengths) total += l;
   const Shape packed_shape = make_shape(1, total, H, HV, K, V);
   Inputs<float> packed = random_inputs(packed_shape, false, 4242 + uint64_t(total));
-  if (vc.bf16)  // what the GPU reads; the references read the same values
-    for (Tensor<float>* x : {&packed.q, &packed.k, &packed.v, &packed.beta})
-      for (auto& value : x->values()) value = round_bf16(value);
+  if (vc.bf16) round_to_bf16(packed);  // what the GPU reads; the references read the same values
   const int64_t S = int64_t(vc.lengths.size());
   std::vector<float> s0(static_cast<size_t>(S * HV * K * V));
   std::mt19937 rng(3);
@@ -490,8 +523,7 @@ TEST_CASE("CUDA tensor-core path matches float64 within the bf16 bound", "[gpu][
   // Sparse: against run_cpu on the bf16-rounded inputs, where the masks agree (scores in bf16 products may
   // reorder near-ties; at most 5 % of the events may differ).
   Inputs<float> in = random_inputs(make_shape(2, 64 * 30 + 20, 2, 4), true, 99);
-  for (Tensor<float>* x : {&in.q, &in.k, &in.v, &in.beta})
-    for (auto& value : x->values()) value = round_bf16(value);
+  round_to_bf16(in);
   int compared = 0, configurations = 0;
   for (const std::string sel : {"head_budget", "head_budget capped", "topk", "stride", "random"})
     for (const std::string solver : {"exact", "block_adjacent"})
@@ -505,26 +537,14 @@ TEST_CASE("CUDA tensor-core path matches float64 within the bf16 bound", "[gpu][
                               : std::map<std::string, std::string>{{"block", "16"}, {"band", "1"}},
             sel == "topk" || sel == "stride" || sel == "random" ? "survival" : "update_norm",
             capped ? "head_budget" : sel, params, 64, group, Granularity::pair);
-        s.config.keep_snapshots = true;
-        const EngineResult<float> cpu = run_cpu(in, s.config);
-        CudaRunOptions options;
-        options.input_precision = CudaPrecision::bfloat16;
-        options.tensor_cores = true;
-        const EngineResult<float> gpu = run_cuda(in, s.config, options);
+        const TcAgainstCpu r = run_tc_against_cpu(in, s.config);
         ++configurations;
         INFO("tc sparse " << sel << " " << solver << " G " << group);
-        CHECK(rel_error(gpu.event_score, cpu.event_score) <= 1e-2);
-        int64_t differ = 0;
-        for (int64_t i = 0; i < gpu.event_mask.size(); ++i) differ += gpu.event_mask[i] != cpu.event_mask[i];
-        CHECK(double(differ) <= 0.05 * double(gpu.event_mask.size()));
-        if (differ) continue;
+        CHECK(rel_error(r.gpu.event_score, r.cpu.event_score) <= 1e-2);
+        CHECK(double(r.differ) <= 0.05 * double(r.gpu.event_mask.size()));
+        if (r.differ) continue;
         ++compared;
-        const double err_o = rel_error(gpu.o, cpu.o), err_s = rel_error(gpu.final_state, cpu.final_state);
-        worst = std::max(worst, std::max(err_o, err_s));
-        CHECK(err_o <= 1e-2);
-        CHECK(err_s <= 1e-2);
-        REQUIRE(gpu.snapshot_index.values() == cpu.snapshot_index.values());
-        CHECK(rel_error(gpu.snapshots, cpu.snapshots) <= 1e-2);
+        worst = std::max(worst, check_tc_outputs(r));
       }
   std::printf("tc sparse vs run_cpu: %d of %d configurations with equal masks compared\n", compared,
               configurations);
@@ -533,28 +553,14 @@ TEST_CASE("CUDA tensor-core path matches float64 within the bf16 bound", "[gpu][
     // Several waves of recurrence blocks with skipped events (more blocks than multiprocessors):
     // head_budget against run_cpu.
     Inputs<float> wide = random_inputs(make_shape(2, 64 * 6 + 20, 8, 32), true, 123);
-    for (Tensor<float>* x : {&wide.q, &wide.k, &wide.v, &wide.beta})
-      for (auto& value : x->values()) value = round_bf16(value);
-    Strategies s = make_strategies("block_adjacent", {{"block", "16"}, {"band", "1"}}, "update_norm",
-                                   "head_budget", {{"rho", "0.29"}}, 64, 1, Granularity::pair);
-    s.config.keep_snapshots = true;
-    const EngineResult<float> cpu = run_cpu(wide, s.config);
-    CudaRunOptions options;
-    options.input_precision = CudaPrecision::bfloat16;
-    options.tensor_cores = true;
-    const EngineResult<float> gpu = run_cuda(wide, s.config, options);
-    int64_t differ = 0;
-    for (int64_t i = 0; i < gpu.event_mask.size(); ++i) differ += gpu.event_mask[i] != cpu.event_mask[i];
-    std::printf("tc sparse, 256 recurrence blocks: %lld of %lld events differ\n", (long long)differ,
-                (long long)gpu.event_mask.size());
-    CHECK(double(differ) <= 0.05 * double(gpu.event_mask.size()));  // near-ties in bf16 scores, as above
-    if (differ == 0) {
-      const double err_o = rel_error(gpu.o, cpu.o), err_s = rel_error(gpu.final_state, cpu.final_state);
-      worst = std::max(worst, std::max(err_o, err_s));
-      CHECK(err_o <= 1e-2);
-      CHECK(err_s <= 1e-2);
-      CHECK(rel_error(gpu.snapshots, cpu.snapshots) <= 1e-2);
-    }
+    round_to_bf16(wide);
+    const Strategies s = make_strategies("block_adjacent", {{"block", "16"}, {"band", "1"}}, "update_norm",
+                                         "head_budget", {{"rho", "0.29"}}, 64, 1, Granularity::pair);
+    const TcAgainstCpu r = run_tc_against_cpu(wide, s.config);
+    std::printf("tc sparse, 256 recurrence blocks: %lld of %lld events differ\n", (long long)r.differ,
+                (long long)r.gpu.event_mask.size());
+    CHECK(double(r.differ) <= 0.05 * double(r.gpu.event_mask.size()));  // near-ties, as above
+    if (r.differ == 0) worst = std::max(worst, check_tc_outputs(r));
   }
   VarlenCase vc;
   vc.lengths = {130, 64, 0, 1, 257, 40, 64 * 9};
