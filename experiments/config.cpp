@@ -204,7 +204,12 @@ RunSpec resolve_run(const Settings& settings) {
     require(v >= lo, key, " = ", v, " must be >= ", lo);
     return v;
   };
-  auto take_bool = [&](const std::string& key) { return parse_bool(key, take(key)); };
+  auto take_bool =
+      [&](const std::string& key) {  // stored as true / false however it was written (1, yes, on)
+        const bool b = parse_bool(key, take(key));
+        r[key] = b ? "true" : "false";
+        return b;
+      };
   auto take_section_specs = [&](const std::string& section, const std::vector<ParamSpec>& specs) {
     for (const ParamSpec& p : specs) take(section + "." + p.key);
   };
@@ -267,16 +272,12 @@ RunSpec resolve_run(const Settings& settings) {
   take_bool("run.state_error");
   take_bool("run.reference");
   // [solver], [selector]: the chosen strategies' parameters only.
-  bool settings_without_score = false;
   take_section_specs("solver", solver_registry().entry(take("solver.name")).params);
   const std::string selector = take("selector.name");
   take_section_specs("selector", selector_registry().entry(selector).params);
   // A selector that ignores scores (dense, random, stride) makes the score key unused: it takes the
   // default, so sweeping scores does not multiply those runs.
-  if (!selector_registry().create(selector, run.section("selector"))->uses_scores()) {
-    r.erase("selector.score");
-    settings_without_score = true;
-  }
+  const bool settings_without_score = !selector_reads_scores(selector);
   const std::string score =
       settings_without_score ? config_keys().at("selector.score").default_value : take("selector.score");
   r["selector.score"] = score;
@@ -295,8 +296,8 @@ RunSpec resolve_run(const Settings& settings) {
   make_run_strategies(run);  // parameter ranges, block vs chunk
   // Canonical text, so that `0.1` and `0.10`, or `yes` and `true`, are one run.
   for (auto& [key, v] : r) v = canonical_value(v);
-  // How a run is measured is not what it computes: the timing repeats stay out of its identity, so a rerun with
-  // more repeats finds the run done.
+  // How a run is measured is not what it computes: the timing repeats stay out of its identity, so a rerun
+  // with more repeats finds the run done.
   static const std::set<std::string> measurement_only = {"run.timing_repeats"};
   // Keys added after results were first written, at the default that computes what builds without them
   // computed: left out of the identity there, so that earlier result files still resume.

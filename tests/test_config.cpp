@@ -154,6 +154,8 @@ TEST_CASE("run ids do not depend on how a number or boolean is written", "[confi
   CHECK(a.id == b.id);
   CHECK(a.get("selector.rho") == "0.1");
   CHECK(a.get("dump.states") == "true");
+  const auto c = parse_experiment("[selector]\nrho = 0.1\n[dump]\nstates = 1\n", {}).expand().at(0);
+  CHECK(c.id == a.id);
 }
 
 #ifndef SGDN_WITH_CUDA
