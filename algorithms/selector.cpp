@@ -33,13 +33,19 @@ bool same_value(const std::string& a, const std::string& b) {
 }
 }  // namespace
 
+bool selector_reads_scores(const std::string& name) {
+  if (!selector_registry().contains(name)) return true;
+  return selector_registry().create(name, Params("selector", {}))->uses_scores();
+}
+
 std::string selector_param_text(const std::string& name, const std::map<std::string, std::string>& config) {
   if (!selector_registry().contains(name)) return "";
   std::string out;
   for (const ParamSpec& spec : selector_registry().entry(name).params) {
     if (spec.key == "rho" || spec.key == "tau") continue;
     const auto it = config.find("selector." + spec.key);
-    if (it != config.end() && !same_value(it->second, spec.default_value)) out += " " + spec.key + "=" + it->second;
+    if (it != config.end() && !same_value(it->second, spec.default_value))
+      out += " " + spec.key + "=" + it->second;
   }
   return out;
 }

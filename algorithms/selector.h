@@ -36,6 +36,10 @@ int64_t budget_of(double rho, int64_t n);
 // The chunk indices of one unit ordered by score, highest first; ties toward the earlier chunk.
 std::vector<int64_t> chunks_by_score(const UnitScores& scores, int64_t unit);
 
+// Whether selector `name` reads scores (dense, random and stride do not); true for a name this build does
+// not know (a file from a build with other strategies).
+bool selector_reads_scores(const std::string& name);
+
 // " key=value" for each parameter of selector `name` (other than rho and tau, which tables show in their
 // own column) whose value in `config` ("selector.<key>" entries) differs from its registered default: what
 // tells apart runs of one selector in labels and tables. "" for a selector this build does not know.

@@ -8,6 +8,12 @@
 #include "core/error.h"
 
 namespace sgdn {
+namespace {
+// ‖d‖ / ‖x‖ from the squared norms (‖d‖ itself where x is zero).
+double relative_norm(double diff_sq, double norm_sq) {
+  return norm_sq > 0 ? std::sqrt(diff_sq / norm_sq) : std::sqrt(diff_sq);
+}
+}  // namespace
 
 template <class S>
 OutputError output_error(const Tensor<S>& o, const Tensor<double>& exact, const Shape& s, int64_t buckets) {
@@ -34,19 +40,18 @@ OutputError output_error(const Tensor<S>& o, const Tensor<double>& exact, const 
         bucket_norm[bucket] += norm;
       }
     }
-  auto ratio = [](double diff, double norm) { return norm > 0 ? std::sqrt(diff / norm) : std::sqrt(diff); };
   OutputError err;
   double diff = 0, norm = 0;
   for (int64_t h = 0; h < HV; ++h) {
-    err.per_head.push_back(ratio(head_diff[size_t(h)], head_norm[size_t(h)]));
+    err.per_head.push_back(relative_norm(head_diff[size_t(h)], head_norm[size_t(h)]));
     diff += head_diff[size_t(h)];
     norm += head_norm[size_t(h)];
   }
   for (int64_t i = 0; i < buckets; ++i) {
-    err.per_bucket.push_back(ratio(bucket_diff[size_t(i)], bucket_norm[size_t(i)]));
+    err.per_bucket.push_back(relative_norm(bucket_diff[size_t(i)], bucket_norm[size_t(i)]));
     err.bucket_start.push_back((i * T + buckets - 1) / buckets);
   }
-  err.overall = ratio(diff, norm);
+  err.overall = relative_norm(diff, norm);
   return err;
 }
 
@@ -102,7 +107,7 @@ Tensor<double> state_error_from_snapshots(const Inputs<double>& in, int64_t chun
           diff += d * d;
           norm += double(ref[i]) * double(ref[i]);
         }
-        error[(b * HV + h) * N + c] = norm > 0 ? std::sqrt(diff / norm) : std::sqrt(diff);
+        error[(b * HV + h) * N + c] = relative_norm(diff, norm);
       }
     }
   }

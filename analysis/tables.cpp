@@ -42,16 +42,9 @@ std::string solver_label(const RunRecord& r) {
   return name;
 }
 
-// Whether a selector reads scores (dense, random and stride do not), by asking the registry; unknown
-// names (a file from a build with other strategies) keep their score in the label.
-bool reads_scores(const std::string& selector) {
-  if (!selector_registry().contains(selector)) return true;
-  return selector_registry().create(selector, Params("selector", {}))->uses_scores();
-}
-
 std::string selector_label(const RunRecord& r) {
   std::string s = value_or(r.config, "selector.name", "?");
-  if (reads_scores(s))
+  if (selector_reads_scores(s))
     s += "/" + value_or(r.config, "selector.score", "?") + "/" +
          value_or(r.config, "selector.granularity", "?");
   return s + selector_param_text(value_or(r.config, "selector.name", "?"), r.config);
@@ -66,10 +59,8 @@ std::string budget_label(const RunRecord& r) {
 double metric(const RunRecord& r, const std::string& key) {
   auto it = r.metrics.find(key);
   if (it == r.metrics.end()) return std::nan("");
-  // A metric stored as NaN (e.g. a flops_ratio that nothing counted) reads back as such.
-  const std::string& text = it->second;
-  if (text == "nan" || text == "-nan" || text == "NaN") return std::nan("");
-  return parse_double(key, text);
+  // A metric stored as NaN (e.g. a flops_ratio that nothing counted; written "nan" by format_lossless).
+  return it->second == "nan" ? std::nan("") : parse_double(key, it->second);
 }
 
 std::vector<double> read_vector(const h5::File& f, const std::string& path) {

@@ -46,13 +46,12 @@ std::string part_of_workload(const fs::path& parts, const std::string& wid) {
   return (parts / ("workload-" + wid + ".h5")).string();
 }
 
-// The exact outputs of a workload stored by an earlier call, in the experiment file or in a part.
-bool load_stored_exact(const std::string& path, PreparedWorkload& w) {
-  if (!fs::exists(path)) return false;
+// The exact outputs of a workload stored by an earlier call, in the experiment file or in a part, if there.
+void load_stored_exact(const std::string& path, PreparedWorkload& w) {
+  if (!fs::exists(path)) return;
   const h5::File file = h5::File::open(path);
-  if (!file.is_group("/workloads/" + w.wid) || !has_exact_outputs(file, w.wid)) return false;
-  w.exact_o = load_exact_outputs(file, w.wid, w.workload.inputs.shape);
-  return true;
+  if (file.is_group("/workloads/" + w.wid) && has_exact_outputs(file, w.wid))
+    w.exact_o = load_exact_outputs(file, w.wid, w.workload.inputs.shape);
 }
 
 PreparedWorkload& prepare_workload(const RunSpec& run, const std::string& out, const fs::path& parts,
@@ -69,24 +68,23 @@ PreparedWorkload& prepare_workload(const RunSpec& run, const std::string& out, c
            << " s\n";
   const std::string part = part_of_workload(parts, w->wid);
   const bool reference = run.get_bool("run.reference");
-  if (fs::exists(part)) {  // written by an earlier, interrupted call
+  const bool part_exists = fs::exists(part);  // written by an earlier, interrupted call
+  if (part_exists)
     load_stored_exact(part, *w);
-  } else {
-    // A grown sweep: the experiment file may hold this workload's reference already.
-    if (reference) load_stored_exact(out, *w);
-    if (reference && w->exact_o.empty()) {
-      const auto start = std::chrono::steady_clock::now();
-      w->exact_o = run_exact(w->workload.inputs, 64, false).o;
-      progress << "  workload " << w->wid << " (" << w->workload.inputs.shape.str() << "): exact outputs in "
-               << std::fixed << std::setprecision(1)
-               << std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() << " s\n";
-    }
+  else if (reference)  // a grown sweep: the experiment file may hold this workload's reference already
+    load_stored_exact(out, *w);
+  if (reference && w->exact_o.empty()) {
+    const auto start = std::chrono::steady_clock::now();
+    w->exact_o = run_exact(w->workload.inputs, 64, false).o;
+    progress << "  workload " << w->wid << " (" << w->workload.inputs.shape.str() << "): exact outputs in "
+             << std::fixed << std::setprecision(1)
+             << std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() << " s\n";
+  }
+  if (!part_exists)
     h5::write_atomically(part, [&](h5::File& f) {
       write_schema_attributes(f);
       write_workload(f, w->wid, w->workload, w->exact_o, run.get_bool("dump.inputs"));
     });
-  }
-  if (reference && w->exact_o.empty()) w->exact_o = run_exact(w->workload.inputs, 64, false).o;
   cache = std::move(w);
   return *cache;
 }

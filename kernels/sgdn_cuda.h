@@ -11,11 +11,13 @@
  *   o             [total_tokens, HV, V]   output dtype
  *   final_state   [num_seqs, HV, K, V]    float32 or NULL
  *   event_mask    uint8, event_score float32: [N_total * HV] or NULL, where sequence s owns the block
- *                 [off_s * HV, off_{s+1} * HV) laid out [HV, N_s], N_s = ceil(len_s / chunk), off = running
- * sum budget        [num_seqs, units] int32 or NULL; units = H (pair granularity) or HV (head) Every call is
- * asynchronous on `stream`; nothing synchronises. The workspace is caller-owned device memory of at least
- * sgdn_cuda_workspace_size() bytes. Errors return a status; sgdn_cuda_last_error() gives the message (per
- * thread).
+ *                 [off_s * HV, off_{s+1} * HV) laid out [HV, N_s], N_s = ceil(len_s / chunk), off_s =
+ *                 the running sum of N over the sequences before s
+ *   budget        [num_seqs, units] int32 or NULL; units = H (pair granularity) or HV (head)
+ *
+ * Every call is asynchronous on `stream`; nothing synchronises. The workspace is caller-owned device memory
+ * of at least sgdn_cuda_workspace_size() bytes. Errors return a status; sgdn_cuda_last_error() gives the
+ * message (per thread).
  */
 #ifndef SGDN_CUDA_H
 #define SGDN_CUDA_H

@@ -239,6 +239,23 @@ TEST_CASE("cost model: hand counts, and what run_cpu reports", "[engine]") {
   CHECK(dropped.sequential_flops == 0);
   CHECK_THROWS_WITH(engine_cost(shape, cfg, Tensor<uint8_t>({1, 1, 3})), Catch::Contains("event mask"));
 
+  // G = 2, two full chunks (T = 128): a skipped first chunk costs a group-local update (2 kv) and makes the
+  // second chunk's event update both states (4 kv); a kept first chunk is the carried state itself (2 kv).
+  {
+    const Shape two = Shape::of(1, 128, 1, 1, 8, 4);
+    const EngineConfig g2 = config_of(s, 64, 2, Granularity::pair);
+    const double kv = 64.0 * 8 * 4, out2 = 2 * (4 * kv + 2 * 64.0 * 64 * 8 + 2 * 64.0 * 64 * 4);
+    const double pre2 = 2 * (2 * 64.0 * 64 * 8 + s.solver->flops_per_chunk(64, 12));
+    Tensor<uint8_t> second({1, 1, 2}), first({1, 1, 2});
+    second.values() = {0, 1};
+    first.values() = {1, 0};
+    const EngineCost late = engine_cost(two, g2, second), early = engine_cost(two, g2, first);
+    CHECK(late.flops == Approx(out2 + 2 * kv + 4 * kv + pre2).epsilon(1e-12));
+    CHECK(late.sequential_flops == Approx(4 * kv).epsilon(1e-12));
+    CHECK(early.flops == Approx(out2 + 2 * kv + pre2).epsilon(1e-12));
+    CHECK(early.sequential_flops == Approx(4 * kv).epsilon(1e-12));
+  }
+
   // run_cpu reports the same counts for its own mask, here with G = 2 (group-local updates) and a sparse
   // mask.
   const Inputs<double> in = random_inputs(Shape::of(2, 300, 2, 4, 16, 8), 5, true);

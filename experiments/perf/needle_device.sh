@@ -13,10 +13,15 @@ TASKS=${TASKS:-single multikey multivalue multiquery}
 WORK=${WORK:-/tmp/needle_gpu}
 mkdir -p "$WORK"
 { date -u; nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv; nproc; } 2>&1 | tee -a "$OUT/needle_device.txt"
+status=0
 for task in $TASKS; do
   file=$WORK/needle_gpu_$task.h5
   start=$(date +%s)
   "$SGDN" run "${CONFIG:-experiments/configs/needle_gpu.ini}" --set workload.task=$task --out "$file" "$@" >"$OUT/needle_$task.log" 2>&1
-  echo "task $task: status $? in $(( $(date +%s) - start )) s" | tee -a "$OUT/needle_device.txt"
-  [ -f "$file" ] && python3 analysis/metrics_only.py "$file" "$OUT/needle_gpu_${task}_metrics.h5"
+  rc=$?; status=$((status | rc))
+  echo "task $task: status $rc in $(( $(date +%s) - start )) s" | tee -a "$OUT/needle_device.txt"
+  if [ -f "$file" ]; then
+    python3 analysis/metrics_only.py "$file" "$OUT/needle_gpu_${task}_metrics.h5" || status=1
+  fi
 done
+exit $status

@@ -250,8 +250,6 @@ struct VarlenCase {
   bool tensor_cores = false;  // bf16 tensor-core path: scores may differ in the last bits, so masks may too
 };
 
-// Packs random sequences, runs the GPU engine once through the plain-pointer API with cu_seqlens, and
-// checks every sequence against its own reference. Returns the worst relative error.
 // q, k, v, beta rounded to bf16 in place: what the GPU reads in bf16, for references that read the same.
 void round_to_bf16(Inputs<float>& in) {
   for (Tensor<float>* x : {&in.q, &in.k, &in.v, &in.beta})
@@ -287,6 +285,8 @@ double check_tc_outputs(const TcAgainstCpu& r) {
   return std::max(err_o, err_s);
 }
 
+// Packs random sequences, runs the GPU engine once through the plain-pointer API with cu_seqlens, and
+// checks every sequence against its own reference. Returns the worst relative error.
 double check_varlen(const VarlenCase& vc) {
   const int H = vc.H, HV = vc.HV, K = vc.K, V = vc.V;
   int64_t total = 0;
