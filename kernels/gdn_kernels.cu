@@ -35,6 +35,7 @@ namespace {
 
 constexpr int kThreads = 256;
 constexpr int kValueTile = 64;  // V columns per block in the recurrence and output stages
+constexpr int kTcTile = 32;     // V columns per block in the tensor-core recurrence
 
 __device__ __forceinline__ int64_t min_i64(int64_t a, int64_t b) {
   return a < b ? a : b;
@@ -88,6 +89,7 @@ struct Workspace {
   int32_t* snapshot_count;  // [S, HV]
   int32_t* group_slot;      // [Nmax, HV]
   float* group_log_decay;   // [Nmax, HV]
+  int32_t* progress;        // [S, HV, V tiles] recurrence progress in chunks, then the output blocks done
   size_t total;
 };
 
@@ -162,6 +164,7 @@ Workspace carve(const Problem& p, void* base) {
   ws.snapshot_count = static_cast<int32_t*>(take(S * hv * 4));
   ws.group_slot = static_cast<int32_t*>(take(events * 4));
   ws.group_log_decay = static_cast<float*>(take(events * 4));
+  ws.progress = static_cast<int32_t*>(take((S * hv * (V / kTcTile) + 1) * 4));
   ws.total = offset;
   return ws;
 }
@@ -636,6 +639,9 @@ struct RecurrenceArgs {
   int32_t* group_slot;
   float* group_log_decay;
   float* final_state;
+  // Tensor-core path: per (sequence, value head, V tile) the number of chunks whose group records and
+  // referenced snapshots are in memory, so that the output stage can start before the recurrence ends.
+  int32_t* progress;
 };
 
 template <class In>
@@ -737,6 +743,8 @@ struct OutputArgs {
   const float* snapshots;
   const int32_t* group_slot;
   const float* group_log_decay;
+  const int32_t* progress;  // the recurrence's progress (tensor-core path)
+  int32_t* blocks_done;     // output blocks finished (tensor-core path)
   int64_t num_seqs;
   int H, HV, K, V, C, G, VT;
   float scale;
@@ -837,10 +845,24 @@ namespace tc {
 constexpr int kC = 64, kD = 128;  // chunk, head dim (K = V)
 constexpr int kLd = kD + 8;       // row stride of 128-wide bf16 tiles
 constexpr int kLdC = kC + 8;      // row stride of 64-wide bf16 tiles
-constexpr int kVT = 32;           // V columns per recurrence block
+constexpr int kVT = kTcTile;      // V columns per recurrence block
 constexpr int kLdT = kVT + 8;
-constexpr int kWindow = 256;  // chunks of mask / decay staged at a time in the recurrence
+constexpr int kWindow = 256;       // chunks of mask / decay staged at a time in the recurrence
+constexpr int kPublishEvery = 16;  // chunks between two progress stores of a recurrence block
 using bf16 = __nv_bfloat16;
+
+// Progress flags between the recurrence and the output stage, which runs beside it (programmatic dependent
+// launch). The publisher calls publish() after a barrier that follows every store it covers; the waiter's
+// thread 0 acquires, then a barrier hands the data to the block.
+__device__ __forceinline__ void publish_progress(int32_t* flag, int32_t value) {
+  __threadfence();
+  asm volatile("st.release.gpu.global.s32 [%0], %1;\n" ::"l"(flag), "r"(value) : "memory");
+}
+__device__ __forceinline__ int32_t acquire_progress(const int32_t* flag) {
+  int32_t value;
+  asm volatile("ld.acquire.gpu.global.s32 %0, [%1];\n" : "=r"(value) : "l"(flag) : "memory");
+  return value;
+}
 
 __device__ __forceinline__ uint32_t smem_addr(const void* p) {
   return static_cast<uint32_t>(__cvta_generic_to_shared(p));
@@ -935,6 +957,13 @@ __device__ __forceinline__ void cp_async_commit() {
 }
 __device__ __forceinline__ void cp_async_wait_all() {
   asm volatile("cp.async.wait_all;\n" ::: "memory");
+}
+// Waits for all committed copy groups but the newest `pending` (0 or 1).
+__device__ __forceinline__ void cp_async_wait_but(int pending) {
+  if (pending >= 1)
+    asm volatile("cp.async.wait_group 1;\n" ::: "memory");
+  else
+    cp_async_wait_all();
 }
 
 // rows x 128 bf16 from global rows (row stride `gstride` elements) into a [rows][kLd] tile; rows >= len
@@ -1187,7 +1216,10 @@ __global__ void __launch_bounds__(128) prepare_tc_kernel(PrepareArgs a, bf16* u_
 //   Vh = bf16(e^{Γ−γ} ⊙ v̂);  S = e^Γ S + Kᵀ Vh (warp w: its 16 state rows);  Sb = bf16(S), which is also
 //   the snapshot, copied out of shared memory in 16-byte stores.
 // Two barriers per event when events follow one another (Sb written, Vh written); a skipped chunk before an
-// event adds one to rescale Sb. The next two selected events' W, K, U, γ are in flight (cp.async, 3 stages).
+// event adds one to rescale Sb. The next NS − 1 selected events' W, K, U, γ are in flight (cp.async, NS
+// stages). NS = 3 (137 KB of shared memory) keeps a lone busy chain fed; NS = 2 (97 KB) leaves room on the
+// multiprocessor for an output block (or a second recurrence block) beside it, which pays where every chain
+// is busy (the dense selector).
 constexpr int kRecThreads = 256;
 struct RecStage {
   bf16 w[kC * kLd];
@@ -1195,14 +1227,17 @@ struct RecStage {
   bf16 u[kC * kLdT];
   float gam[kC];
 };
+template <int NS>
 struct RecSmem {
-  RecStage stage[3];
+  static_assert(NS == 2 || NS == 3, "two or three copy stages");
+  RecStage stage[NS];
   bf16 sb[kD * kLdT];
   bf16 vh[kC * kLdT];
   uint8_t mask[kWindow];
   float decay[kWindow];
 };
 
+template <int NS>
 __global__ void __launch_bounds__(kRecThreads)
     recurrence_tc_kernel(RecurrenceArgs a, const bf16* u_all, const bf16* w_all) {
   const int64_t s = blockIdx.x;
@@ -1215,8 +1250,19 @@ __global__ void __launch_bounds__(kRecThreads)
   const int64_t slot_base = (int64_t(a.chunk_offset[s]) + s) * a.HV + int64_t(hv) * (n + 1);
   const int64_t ev_base = int64_t(a.chunk_offset[s]) * a.HV + int64_t(hv) * n;
   extern __shared__ __align__(16) unsigned char smem_raw[];
-  RecSmem& sm = *reinterpret_cast<RecSmem*>(smem_raw);
+  RecSmem<NS>& sm = *reinterpret_cast<RecSmem<NS>*>(smem_raw);
   const bf16* kp = static_cast<const bf16*>(a.k);
+  // Every block of this grid is resident once all have passed here: the output stage may launch beside it
+  // (its blocks wait on `progress`, never the other way round, so no block can starve this grid).
+  asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
+  int32_t* progress = a.progress + (s * a.HV + hv) * gridDim.z + blockIdx.z;
+  int64_t published = 0;
+  // Chunks [0, upto) have their group records (written by block z = 0) and the snapshots those name (each
+  // block its columns) in memory. Called after a barrier that follows the stores.
+  auto publish = [&](int64_t upto) {
+    if (threadIdx.x == 0) publish_progress(progress, int32_t(upto));
+    published = upto;
+  };
 
   // State registers: st[nt][r] at row 16w + gq + 8(r>>1), column col0 + 8nt + 2tq + (r&1).
   float st[4][4];
@@ -1283,7 +1329,9 @@ __global__ void __launch_bounds__(kRecThreads)
   const int vrow = (warp & 3) * 16, vcol = (warp >> 2) * 16;  // this warp's tile of v̂
   for (int64_t w0 = 0; w0 < n; w0 += kWindow) {
     const int wn = int(min_i64(kWindow, n - w0));
-    __syncthreads();  // the previous window's mask / decay reads are done
+    flush_snapshot();
+    __syncthreads();  // the previous window's mask / decay reads and the snapshot stores are done
+    if (w0 > published) publish(w0);
     for (int i = threadIdx.x; i < wn; i += blockDim.x) {
       sm.mask[i] = a.head_mask[ev_base + w0 + i];
       sm.decay[i] = a.chunk_decay[ev_base + w0 + i];
@@ -1293,17 +1341,14 @@ __global__ void __launch_bounds__(kRecThreads)
       while (from < wn && !sm.mask[from]) ++from;
       return from;
     };
-    // Two selected events in flight ahead of the one computed (three stages); the first one's data is waited
-    // for here, each next one's at the end of the event before it.
-    const int first_sel = next_selected(0);
-    if (first_sel < wn) fetch(buf, w0 + first_sel);
-    int nxt1 = first_sel < wn ? next_selected(first_sel + 1) : wn;
-    if (nxt1 < wn) {
-      fetch((buf + 1) % 3, w0 + nxt1);
-      asm volatile("cp.async.wait_group 1;\n" ::: "memory");
-    } else {
-      cp_async_wait_all();
+    // Up to NS − 1 selected events in flight, in the buffers after `buf`; the first one's data is waited for
+    // here, each next one's at the end of the event before it. `inflight` counts those not yet computed.
+    int to_fetch = next_selected(0), inflight = 0;
+    for (; inflight < NS - 1 && to_fetch < wn; ++inflight) {
+      fetch((buf + inflight) % NS, w0 + to_fetch);
+      to_fetch = next_selected(to_fetch + 1);
     }
+    cp_async_wait_but(inflight - 1);
     __syncthreads();
     for (int i = 0; i < wn; ++i) {
       const int64_t c = w0 + i;
@@ -1330,7 +1375,7 @@ __global__ void __launch_bounds__(kRecThreads)
         __syncthreads();
       }
       const RecStage& cs = sm.stage[buf];
-      const int nxt2 = nxt1 < wn ? next_selected(nxt1 + 1) : wn;
+      --inflight;  // this one
       {  // v̂ = U − W Sb: this warp's 16 x 16 tile, k = 128, in four accumulator sets (chains of two mma)
         float acc[4][2][4] = {};
 #pragma unroll
@@ -1343,7 +1388,12 @@ __global__ void __launch_bounds__(kRecThreads)
         }
         // While the products run: the previous event's snapshot, the copies of the event after next.
         flush_snapshot();
-        if (nxt2 < wn) fetch(buf == 0 ? 2 : buf - 1, w0 + nxt2);
+        if (to_fetch <
+            wn) {  // into the buffer after those in flight (the previous event's, for NS - 1 of them)
+          fetch((buf + 1 + inflight) % NS, w0 + to_fetch);
+          ++inflight;
+          to_fetch = next_selected(to_fetch + 1);
+        }
 #pragma unroll
         for (int half = 0; half < 2; ++half) {
           const int row = vrow + gq + half * 8;
@@ -1364,6 +1414,8 @@ __global__ void __launch_bounds__(kRecThreads)
         }
       }
       __syncthreads();
+      // The previous event's snapshot left above, and the records up to this chunk name it at the latest.
+      if (c + 1 - published >= kPublishEvery) publish(c + 1);
       {  // S = e^Γ S + Kᵀ Vh: rows 16w.., 32 columns, k = 64; the second half of k into a second set
         const float decay = __expf(big_gamma);
         float st2[4][4] = {};
@@ -1387,19 +1439,17 @@ __global__ void __launch_bounds__(kRecThreads)
       // Sb = bf16(S): every read of the old Sb (W Sb above) is behind the barrier. The next event's data must
       // be visible after the barrier below, so its copies are waited for first.
       store_tile_bf16(sm.sb, kLdT, warp * 16, 0, st);
-      if (nxt2 < wn)
-        asm volatile("cp.async.wait_group 1;\n" ::: "memory");
-      else
-        cp_async_wait_all();
+      cp_async_wait_but(inflight - 1);
       __syncthreads();
       ++slot;
       snap_slot = slot;
       snap_chunk = int32_t(c);
-      buf = buf == 2 ? 0 : buf + 1;
-      nxt1 = nxt2;
+      buf = buf == NS - 1 ? 0 : buf + 1;
     }
   }
   flush_snapshot();
+  __syncthreads();
+  publish(n);
   if (a.final_state) {
     const float carried = __expf(pending);
     for (int nt = 0; nt < 4; ++nt)
@@ -1425,11 +1475,21 @@ struct OutSmem {
   float gam[kC];
 };
 
+// Each output block ends here. The last one to finish waits for the recurrence grid to complete, so that the
+// output grid completes after it and the work behind it in the stream may rely on both (the other blocks
+// leave at once: their multiprocessors go to the next output blocks while the recurrence runs).
+__device__ __forceinline__ void finish_output_block(int32_t* blocks_done) {
+  if (threadIdx.x == 0 && atomicAdd(blocks_done, 1) == int32_t(gridDim.x) - 1)
+    asm volatile("griddepcontrol.wait;\n" ::: "memory");
+}
+
 template <class Out>
 __global__ void __launch_bounds__(256) output_tc_kernel(OutputArgs a, const bf16* u_all, const bf16* w_all) {
-  const int64_t gid = blockIdx.x;
-  const int hv = blockIdx.y;
-  if (gid >= a.group_offset[a.num_seqs]) return;
+  // Blocks in group-major order (the value heads of one group side by side), so that the blocks the
+  // scheduler hands out while the recurrence runs are the ones its progress reaches first.
+  const int64_t gid = blockIdx.x / a.HV;
+  const int hv = int(blockIdx.x % a.HV);
+  if (gid >= a.group_offset[a.num_seqs]) return finish_output_block(a.blocks_done);
   const int V = kD;
   const int h = hv / (a.HV / a.H);
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, gq = lane >> 2, tq = lane & 3;
@@ -1443,6 +1503,12 @@ __global__ void __launch_bounds__(256) output_tc_kernel(OutputArgs a, const bf16
   OutSmem& sm = *reinterpret_cast<OutSmem*>(smem_raw);
   float* sf = reinterpret_cast<float*>(smem_raw + sizeof(OutSmem));  // [kD][kD] fp32, only when G > 1
   const bool multi = last - first > 1;
+  if (threadIdx.x == 0) {  // the recurrence has written this group's record and the snapshot it names
+    const int32_t* flags = a.progress + (s * a.HV + hv) * (kD / kVT);
+    for (int z = 0; z < kD / kVT; ++z)
+      while (acquire_progress(flags + z) <= first) __nanosleep(256);
+  }
+  __syncthreads();
   const bf16* qp = static_cast<const bf16*>(a.q);
   const bf16* kp = static_cast<const bf16*>(a.k);
   Out* op = static_cast<Out*>(a.o);
@@ -1583,13 +1649,15 @@ __global__ void __launch_bounds__(256) output_tc_kernel(OutputArgs a, const bf16
     }
     __syncthreads();  // before the next chunk's loads overwrite q, k, w, gam
   }
+  finish_output_block(a.blocks_done);
 }
 
 size_t prepare_tc_smem() {
   return sizeof(PrepSmem);
 }
+template <int NS>
 size_t recurrence_tc_smem() {
-  return sizeof(RecSmem);
+  return sizeof(RecSmem<NS>);
 }
 size_t output_tc_smem(bool multi) {
   return sizeof(OutSmem) + (multi ? size_t(kD) * kD * 4 : 0);
@@ -1654,6 +1722,50 @@ std::string launch_output(const Problem& p, const OutputArgs& args, dim3 grid, c
       cudaFuncSetAttribute(output_kernel<In, Out>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
   output_kernel<In, Out><<<grid, kThreads, smem, stream>>>(args);
   SGDN_TRY_LAUNCH("output_kernel");
+  return {};
+}
+
+// Copy stages of the tensor-core recurrence: 2 when every event is kept (all chains equally long, so the
+// multiprocessors' throughput counts and an output block fits beside each recurrence block), else 3 (the
+// busiest chain is the critical path and runs alone on its multiprocessor). SGDN_CUDA_REC_STAGES=2 or 3
+// overrides it (a measuring aid).
+int recurrence_stages(const Problem& p) {
+  const char* env = std::getenv("SGDN_CUDA_REC_STAGES");
+  if (env && (env[0] == '2' || env[0] == '3') && env[1] == 0) return env[0] - '0';
+  return p.selector == SelectorKind::dense ? 2 : 3;
+}
+template <int NS>
+std::string launch_recurrence_tc(dim3 grid, cudaStream_t stream, const RecurrenceArgs& args,
+                                 const __nv_bfloat16* u, const __nv_bfloat16* w) {
+  const size_t smem = tc::recurrence_tc_smem<NS>();
+  SGDN_TRY_CUDA(cudaFuncSetAttribute(tc::recurrence_tc_kernel<NS>,
+                                     cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
+  tc::recurrence_tc_kernel<NS><<<grid, tc::kRecThreads, smem, stream>>>(args, u, w);
+  SGDN_TRY_LAUNCH("recurrence_tc_kernel");
+  return {};
+}
+
+// The tensor-core output stage, launched so that it may start while the recurrence before it in the stream
+// still runs (programmatic dependent launch): its blocks wait on the recurrence's progress flags, so each
+// starts as soon as its group's snapshot exists, on the multiprocessors the recurrence leaves free.
+// SGDN_CUDA_SERIAL_OUTPUTS=1 launches it plainly after the recurrence instead (a measuring aid).
+template <class Out>
+std::string launch_output_tc(dim3 grid, size_t smem, cudaStream_t stream, const OutputArgs& args,
+                             const __nv_bfloat16* u, const __nv_bfloat16* w) {
+  const auto kernel = tc::output_tc_kernel<Out>;
+  SGDN_TRY_CUDA(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
+  const char* serial = std::getenv("SGDN_CUDA_SERIAL_OUTPUTS");
+  cudaLaunchAttribute overlap{};
+  overlap.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  overlap.val.programmaticStreamSerializationAllowed = 1;
+  cudaLaunchConfig_t config{};
+  config.gridDim = grid;
+  config.blockDim = dim3(256);
+  config.dynamicSmemBytes = smem;
+  config.stream = stream;
+  config.attrs = &overlap;
+  config.numAttrs = serial && serial[0] == '1' ? 0 : 1;
+  SGDN_TRY_CUDA(cudaLaunchKernelEx(&config, kernel, args, u, w));
   return {};
 }
 
@@ -1954,14 +2066,14 @@ std::string forward(const Problem& p, const DeviceTensors& t, void* workspace, s
                      ws.snapshot_count,
                      ws.group_slot,
                      ws.group_log_decay,
-                     t.final_state};
+                     t.final_state,
+                     ws.progress};
   if (use_tc) {
     const dim3 grid{unsigned(S), unsigned(HV), unsigned(tc::kD / tc::kVT)};
-    const size_t smem = tc::recurrence_tc_smem();
-    SGDN_TRY_CUDA(cudaFuncSetAttribute(tc::recurrence_tc_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                       int(smem)));
-    tc::recurrence_tc_kernel<<<grid, tc::kRecThreads, smem, stream>>>(rec, u_tc, w_tc);
-    SGDN_TRY_LAUNCH("recurrence_tc_kernel");
+    SGDN_TRY_CUDA(cudaMemsetAsync(ws.progress, 0, (size_t(S) * HV * grid.z + 1) * sizeof(int32_t), stream));
+    err = recurrence_stages(p) == 2 ? launch_recurrence_tc<2>(grid, stream, rec, u_tc, w_tc)
+                                    : launch_recurrence_tc<3>(grid, stream, rec, u_tc, w_tc);
+    if (!err.empty()) return err;
   } else {
     const dim3 rec_grid{unsigned(S), unsigned(HV), unsigned(vtiles)};
     err = bf16 ? launch_recurrence<__nv_bfloat16>(p, rec, rec_grid, stream)
@@ -1984,6 +2096,8 @@ std::string forward(const Problem& p, const DeviceTensors& t, void* workspace, s
                  ws.snapshots,
                  ws.group_slot,
                  ws.group_log_decay,
+                 ws.progress,
+                 ws.progress + S * HV * (p.value_dim / kTcTile),
                  S,
                  p.qk_heads,
                  HV,
@@ -1997,18 +2111,10 @@ std::string forward(const Problem& p, const DeviceTensors& t, void* workspace, s
   const dim3 out_grid{unsigned(nmax), unsigned(HV), unsigned(vtiles)};
   const bool out_bf16 = p.output_dtype == DType::bfloat16;
   if (use_tc) {
-    const dim3 grid{unsigned(nmax), unsigned(HV), 1u};
+    const dim3 grid{unsigned(nmax * HV), 1u, 1u};
     const size_t smem = tc::output_tc_smem(p.group > 1);
-    if (out_bf16) {
-      SGDN_TRY_CUDA(cudaFuncSetAttribute(tc::output_tc_kernel<__nv_bfloat16>,
-                                         cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
-      tc::output_tc_kernel<__nv_bfloat16><<<grid, 256, smem, stream>>>(out, u_tc, w_tc);
-    } else {
-      SGDN_TRY_CUDA(cudaFuncSetAttribute(tc::output_tc_kernel<float>,
-                                         cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
-      tc::output_tc_kernel<float><<<grid, 256, smem, stream>>>(out, u_tc, w_tc);
-    }
-    SGDN_TRY_LAUNCH("output_tc_kernel");
+    err = out_bf16 ? launch_output_tc<__nv_bfloat16>(grid, smem, stream, out, u_tc, w_tc)
+                   : launch_output_tc<float>(grid, smem, stream, out, u_tc, w_tc);
   } else if (bf16)
     err = out_bf16 ? launch_output<__nv_bfloat16, __nv_bfloat16>(p, out, out_grid, stream)
                    : launch_output<__nv_bfloat16, float>(p, out, out_grid, stream);

@@ -166,6 +166,7 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", default=os.path.join(os.path.dirname(os.path.abspath(__file__)), "results"))
     ap.add_argument("--quick", action="store_true", help="T = 4K and 32K only")
+    ap.add_argument("--layouts", help="comma-separated layout names to run (e.g. 1x32K,4x8K); default all")
     ap.add_argument("--repeats", type=int, default=20)
     args = ap.parse_args()
     lib = sgdn_cuda.load_library()
@@ -191,7 +192,11 @@ def main():
         "configs": CONFIGS,
     }
     rows = []
-    layouts = [l for l in LAYOUTS if not args.quick or l[1] in ("1x4K", "1x32K")]
+    chosen = args.layouts.split(",") if args.layouts else ["1x4K", "1x32K"] if args.quick else None
+    unknown = set(chosen or []) - {l[1] for l in LAYOUTS}
+    if unknown:
+        sys.exit(f"unknown layout(s) {', '.join(sorted(unknown))}; known: {', '.join(l[1] for l in LAYOUTS)}")
+    layouts = [l for l in LAYOUTS if chosen is None or l[1] in chosen]
     print(f"{'layout':>7} {'config':>15} {'ours ms':>9} {'FLA ms':>8} {'speedup':>7} {'ours MiB':>9} "
           f"{'FLA MiB':>8} {'kept':>5} {'rel vs FLA':>10}", flush=True)
     for T, name, lengths in layouts:
@@ -239,7 +244,8 @@ def main():
     with open(os.path.join(args.out, "h200.json"), "w") as f:
         json.dump(result, f, indent=1)
     cmd = ("SGDN_CUDA_LIB=build-cuda/dist/libsgdn_cuda_capi.so FLA_FLASH_QLA=0 "
-           "python3 experiments/perf/bench.py" + (" --quick" if args.quick else ""))
+           "python3 experiments/perf/bench.py" + (" --quick" if args.quick else "")
+           + (f" --layouts {args.layouts}" if args.layouts else ""))
     lines = [f"# SparseGDN vs FLA on {meta['device']}", "",
              f"{meta['date']}; " + ", ".join(f"{k} {v}" for k, v in meta["versions"].items()), "",
              f"Method: {meta['method']}. H = {H}, HV = {HV}, K = V = {K}, bf16 in/out, chunk 64. "
