@@ -495,6 +495,58 @@ __global__ void mark_capped_kernel(const int32_t* chunk_offset, int HV, int unit
   }
 }
 
+// head_budget without floor or cap, one block per sequence: the budget B = round(rho N units) goes to the B
+// largest keys (unique: score above the event's tie rank, so ties go to the earlier chunk as on the CPU).
+// A radix select finds the B-th largest key 8 bits at a time from the top (a histogram of the keys that
+// match the digits found so far, then the digit where the count from the top reaches B), instead of sorting.
+__global__ void __launch_bounds__(1024)
+    select_budget_kernel(const int32_t* chunk_offset, int HV, int units, int tie_bits, double rho,
+                         const float* unit_score, uint64_t* keys, uint8_t* unit_mask) {
+  using BlockScan = cub::BlockScan<int, 1024>;
+  __shared__ typename BlockScan::TempStorage scan_storage;
+  __shared__ int hist[256];
+  __shared__ uint64_t prefix;
+  __shared__ int64_t still;  // how many of the largest keys below `prefix`'s digits are still to pass
+  const int64_t s = blockIdx.x;
+  const int64_t n = chunk_offset[s + 1] - chunk_offset[s];
+  const int64_t base = int64_t(chunk_offset[s]) * HV;
+  const int64_t items = n * units, budget = budget_of(rho, items);
+  if (budget <= 0) return;
+  for (int64_t e = threadIdx.x; e < items; e += blockDim.x)
+    keys[base + e] = score_key(unit_score[base + e], e % n, units, int(e / n), tie_bits);
+  if (threadIdx.x == 0) {
+    prefix = 0;
+    still = budget;
+  }
+  auto above = [](uint64_t key, int bits) { return bits >= 64 ? uint64_t(0) : key >> bits; };
+  for (int shift = (32 + tie_bits + 7) / 8 * 8 - 8; shift >= 0 && budget < items; shift -= 8) {
+    if (threadIdx.x < 256) hist[threadIdx.x] = 0;
+    __syncthreads();
+    const uint64_t high = above(prefix, shift + 8);  // the digits found so far
+    for (int64_t e = threadIdx.x; e < items; e += blockDim.x) {
+      const uint64_t key = keys[base + e];
+      if (above(key, shift + 8) == high) atomicAdd(&hist[(key >> shift) & 255], 1);
+    }
+    __syncthreads();
+    // Thread t holds the count of digit 255 - t; the inclusive sum is the count of keys with that digit or
+    // a larger one. The selected digit is where it first reaches `still`.
+    const int own = threadIdx.x < 256 ? hist[255 - threadIdx.x] : 0;
+    int upto = 0;
+    BlockScan(scan_storage).InclusiveSum(own, upto);
+    const int64_t need = still;
+    __syncthreads();  // every thread has read `still`
+    if (threadIdx.x < 256 && upto >= need && upto - own < need) {
+      prefix |= uint64_t(255 - threadIdx.x) << shift;
+      still = need - (upto - own);
+    }
+    __syncthreads();
+  }
+  // budget >= items keeps everything (prefix 0); otherwise `prefix` is the B-th largest key.
+  const uint64_t threshold = budget < items ? prefix : 0;
+  for (int64_t e = threadIdx.x; e < items; e += blockDim.x)
+    if (keys[base + e] >= threshold) unit_mask[base + e] = 1;
+}
+
 // head_budget: walk the sequence's events in score order and keep the first `remaining` not yet kept.
 __global__ void mark_shared_budget_kernel(const int32_t* chunk_offset, int HV, int units, int tie_bits,
                                           double rho, int64_t floor_each, const uint64_t* sorted,
@@ -1514,9 +1566,11 @@ __global__ void __launch_bounds__(256) output_tc_kernel(OutputArgs a, const bf16
   Out* op = static_cast<Out*>(a.o);
 
   // The group's carried state: the bf16 snapshot (copied as is) times e^{pending}, a factor that the first
-  // chunk applies to W Sb and Q Sb (and that S_loc takes in fp32 when G > 1).
-  const int32_t start_slot = a.group_slot[gid * a.HV + hv];
-  float carried = __expf(a.group_log_decay[gid * a.HV + hv]);
+  // chunk applies to W Sb and Q Sb (and that S_loc takes in fp32 when G > 1). What the recurrence writes
+  // while this grid runs is read through L2 (ld.cg, cp.async.cg), never from a multiprocessor's L1, which
+  // another block may have filled before the write.
+  const int32_t start_slot = __ldcg(a.group_slot + gid * a.HV + hv);
+  float carried = __expf(__ldcg(a.group_log_decay + gid * a.HV + hv));
   copy_rows(sm.sb, reinterpret_cast<const bf16*>(a.snapshots) + (slot_base + start_slot) * kD * V, kD, kD,
             kD);
   cp_async_commit();
@@ -2013,18 +2067,23 @@ std::string forward(const Problem& p, const DeviceTensors& t, void* workspace, s
       SGDN_TRY_LAUNCH("mark_top_per_unit_kernel");
       break;
     case SelectorKind::head_budget:
-      if (p.min_per_head > 0 || p.max_fraction < 1) {
-        if (std::string e = sort_keys(true); !e.empty()) return e;
-        if (p.min_per_head > 0) {
-          mark_top_per_unit_kernel<<<dim3(unsigned(S), unsigned(units)), kThreads, 0, stream>>>(
-              ws.chunk_offset, HV, units, tie_bits, p.rho, p.min_per_head, ws.keys_out, ws.unit_mask);
-          SGDN_TRY_LAUNCH("mark_top_per_unit_kernel");
-        }
-        if (p.max_fraction < 1) {
-          mark_capped_kernel<<<dim3(unsigned(S), unsigned(units)), kThreads, 0, stream>>>(
-              ws.chunk_offset, HV, units, tie_bits, p.max_fraction, ws.keys_out, ws.unit_mask);
-          SGDN_TRY_LAUNCH("mark_capped_kernel");
-        }
+      if (p.min_per_head == 0 && p.max_fraction >= 1) {
+        select_budget_kernel<<<unsigned(S), 1024, 0, stream>>>(ws.chunk_offset, HV, units, tie_bits, p.rho,
+                                                               ws.unit_score, ws.keys_in, ws.unit_mask);
+        SGDN_TRY_LAUNCH("select_budget_kernel");
+        break;
+      }
+      // With a floor or a cap: each unit's events in score order first, then the shared walk.
+      if (std::string e = sort_keys(true); !e.empty()) return e;
+      if (p.min_per_head > 0) {
+        mark_top_per_unit_kernel<<<dim3(unsigned(S), unsigned(units)), kThreads, 0, stream>>>(
+            ws.chunk_offset, HV, units, tie_bits, p.rho, p.min_per_head, ws.keys_out, ws.unit_mask);
+        SGDN_TRY_LAUNCH("mark_top_per_unit_kernel");
+      }
+      if (p.max_fraction < 1) {
+        mark_capped_kernel<<<dim3(unsigned(S), unsigned(units)), kThreads, 0, stream>>>(
+            ws.chunk_offset, HV, units, tie_bits, p.max_fraction, ws.keys_out, ws.unit_mask);
+        SGDN_TRY_LAUNCH("mark_capped_kernel");
       }
       if (std::string e = sort_keys(false); !e.empty()) return e;
       mark_shared_budget_kernel<<<unsigned(S), 1024, 0, stream>>>(ws.chunk_offset, HV, units, tie_bits, p.rho,

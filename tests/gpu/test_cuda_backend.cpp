@@ -178,6 +178,8 @@ TEST_CASE("CUDA sparse engine matches the CPU engine: masks, budgets, outputs, s
       {"stride", {{"rho", "0.3"}}},
       {"topk", {{"rho", "0.3"}}},
       {"head_budget", {{"rho", "0.29"}}},
+      {"head_budget", {{"rho", "0.05"}}},
+      {"head_budget", {{"rho", "1"}}},
       {"head_budget", {{"rho", "0.4"}, {"min_per_head", "2"}}},
       {"head_budget", {{"rho", "0.3"}, {"max_fraction", "0.35"}}},
       {"head_budget", {{"rho", "0.3"}, {"min_per_head", "1"}, {"max_fraction", "0.4"}}},
@@ -227,6 +229,24 @@ TEST_CASE("CUDA sparse engine matches the CPU engine: masks, budgets, outputs, s
   std::printf(
       "sparse vs run_cpu: %d configurations, %d with a different mask, worst rel err (o, state) %.3e\n", runs,
       mask_mismatch_runs, worst_o);
+
+  // Exact ties: v = 0 from chunk 6 on gives those events the score 0 in every head; budgets that end inside
+  // the tied events must keep the earlier chunks, as the CPU does.
+  Inputs<float> tied = in;
+  const int64_t row = shape.v_heads * shape.value_dim;  // v is [B, T, HV, V]
+  for (int64_t b = 0; b < shape.batch; ++b)
+    for (int64_t i = (b * shape.tokens + 64 * 6) * row; i < (b + 1) * shape.tokens * row; ++i)
+      tied.v[i] = 0.f;
+  for (const std::string rho : {"0.5", "0.7", "0.93"})
+    for (Granularity gran : {Granularity::pair, Granularity::head}) {
+      const Strategies s =
+          make_strategies("exact", {}, "update_norm", "head_budget", {{"rho", rho}}, 64, 1, gran);
+      const EngineResult<float> cpu = run_cpu(tied, s.config);
+      const EngineResult<float> gpu = run_cuda(tied, s.config, CudaRunOptions{});
+      INFO("ties, head_budget rho " << rho << " " << granularity_name(gran));
+      CHECK(gpu.event_mask.values() == cpu.event_mask.values());
+      CHECK(gpu.budget.values() == cpu.budget.values());
+    }
 }
 
 namespace {
