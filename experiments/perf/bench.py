@@ -43,6 +43,8 @@ CONFIGS = {
     "sparse-cap0.4": dict(solver="block_adjacent", band=1, selector="head_budget", rho=0.29, max_fraction=0.4,
                           score="update_norm", group=1),
 }
+# Run only when named with --configs: sparse-default with output windows of G = 2 and 4 chunks (SPEC §6).
+EXTRA_CONFIGS = {f"sparse-G{G}": dict(CONFIGS["sparse-default"], group=G) for G in (2, 4)}
 
 
 def make_inputs(T, seed):
@@ -168,6 +170,8 @@ def main():
     ap.add_argument("--quick", action="store_true", help="T = 4K and 32K only")
     ap.add_argument("--layouts", help="comma-separated layout names to run (e.g. 1x32K,4x8K); default all")
     ap.add_argument("--repeats", type=int, default=20)
+    ap.add_argument("--configs", help="comma-separated configurations (default: " + ", ".join(CONFIGS) +
+                    "; also " + ", ".join(EXTRA_CONFIGS) + ")")
     args = ap.parse_args()
     lib = sgdn_cuda.load_library()
     from fla.ops.gated_delta_rule import chunk_gated_delta_rule
@@ -189,7 +193,7 @@ def main():
         "method": "CUDA-graph replay, median of %d replays after 3 warm-up replays; 2 rotating input sets for T <= 8K"
                   % args.repeats,
         "shape": {"H": H, "HV": HV, "K": K, "V": V, "chunk": C, "dtype": "bfloat16"},
-        "configs": CONFIGS,
+        "configs": None,  # filled in below with those run
     }
     rows = []
     chosen = args.layouts.split(",") if args.layouts else ["1x4K", "1x32K"] if args.quick else None
@@ -197,6 +201,11 @@ def main():
     if unknown:
         sys.exit(f"unknown layout(s) {', '.join(sorted(unknown))}; known: {', '.join(l[1] for l in LAYOUTS)}")
     layouts = [l for l in LAYOUTS if chosen is None or l[1] in chosen]
+    known = dict(CONFIGS, **EXTRA_CONFIGS)
+    configs = {c: known[c] for c in args.configs.split(",") if c in known} if args.configs else CONFIGS
+    if args.configs and len(configs) != len(args.configs.split(",")):
+        sys.exit(f"unknown configuration in {args.configs}; known: {', '.join(known)}")
+    meta["configs"] = configs
     print(f"{'layout':>7} {'config':>15} {'ours ms':>9} {'FLA ms':>8} {'speedup':>7} {'ours MiB':>9} "
           f"{'FLA MiB':>8} {'kept':>5} {'rel vs FLA':>10}", flush=True)
     for T, name, lengths in layouts:
@@ -219,7 +228,7 @@ def main():
         n_chunks = sum(math.ceil(n / C) for n in lengths)
         fla_bytes = n_chunks * HV * K * V * 2
         fla_out.clear()
-        for cname, cfg in CONFIGS.items():
+        for cname, cfg in configs.items():
             ours = Ours(lib, inputs[0], lengths, cfg)
             for extra in inputs[1:]:
                 ours.set_inputs(extra)
@@ -245,7 +254,7 @@ def main():
         json.dump(result, f, indent=1)
     cmd = ("SGDN_CUDA_LIB=build-cuda/dist/libsgdn_cuda_capi.so FLA_FLASH_QLA=0 "
            "python3 experiments/perf/bench.py" + (" --quick" if args.quick else "")
-           + (f" --layouts {args.layouts}" if args.layouts else ""))
+           + (f" --layouts {args.layouts}" if args.layouts else "") + (f" --configs {args.configs}" if args.configs else ""))
     lines = [f"# SparseGDN vs FLA on {meta['device']}", "",
              f"{meta['date']}; " + ", ".join(f"{k} {v}" for k, v in meta["versions"].items()), "",
              f"Method: {meta['method']}. H = {H}, HV = {HV}, K = V = {K}, bf16 in/out, chunk 64. "
