@@ -100,6 +100,24 @@ float bf16_bits_to_float(uint16_t b) {
   return out;
 }
 
+// bf16 bits to float, on every core (o at 128K tokens is a gigabyte).
+void widen_bf16(const std::vector<uint16_t>& bits, float* dst) {
+  const int64_t n = int64_t(bits.size());
+#pragma omp parallel for schedule(static)
+  for (int64_t i = 0; i < n; ++i) dst[i] = bf16_bits_to_float(bits[size_t(i)]);
+}
+
+// Copies `count` elements from the device into `dst` as float: as they are, or widened from bf16.
+void download_floats(float* dst, const void* src, int64_t count, bool bf16, const char* what) {
+  if (!bf16) {
+    check_cuda(cudaMemcpy(dst, src, size_t(count) * 4, cudaMemcpyDeviceToHost), what);
+    return;
+  }
+  std::vector<uint16_t> bits(static_cast<size_t>(count));
+  check_cuda(cudaMemcpy(bits.data(), src, bits.size() * 2, cudaMemcpyDeviceToHost), what);
+  widen_bf16(bits, dst);
+}
+
 cuda::Problem make_problem(const Shape& shape, double scale, const EngineConfig& config,
                            const CudaRunOptions& options) {
   cuda::Problem p;
@@ -319,7 +337,6 @@ EngineResult<float> run_cuda(const CudaInputs& inputs, const EngineConfig& confi
     check_cuda(cudaEventElapsedTime(&ms, before.get(), after.get()), "cudaEventElapsedTime");
     times.push_back(ms * 1e-3);
   }
-  check_cuda(cudaDeviceSynchronize(), "the CUDA engine");
 
   EngineResult<float> res;
   std::sort(times.begin(), times.end());
@@ -330,24 +347,15 @@ EngineResult<float> run_cuda(const CudaInputs& inputs, const EngineConfig& confi
   const bool rows_only = !options.output_tokens.empty();
   const int64_t rows = rows_only ? int64_t(options.output_tokens.size()) : B * T;
   res.o = rows_only ? Tensor<float>({1, rows, HV, V}) : Tensor<float>({B, T, HV, V});
-  std::vector<uint16_t> o_bits(p.output_dtype == cuda::DType::bfloat16 ? size_t(rows * row_elems) : 0);
-  void* host_o = o_bits.empty() ? static_cast<void*>(res.o.data()) : static_cast<void*>(o_bits.data());
+  const bool o_bf16 = p.output_dtype == cuda::DType::bfloat16;
   if (rows_only) {
     for (int64_t r = 0; r < rows; ++r)
-      check_cuda(cudaMemcpy(static_cast<char*>(host_o) + size_t(r * row_elems) * out_elem,
-                            static_cast<const char*>(o.get()) +
-                                size_t(options.output_tokens[size_t(r)] * row_elems) * out_elem,
-                            size_t(row_elems) * out_elem, cudaMemcpyDeviceToHost),
-                 "download o");
+      download_floats(
+          res.o.data() + r * row_elems,
+          static_cast<const char*>(o.get()) + size_t(options.output_tokens[size_t(r)] * row_elems) * out_elem,
+          row_elems, o_bf16, "download o");
   } else {
-    check_cuda(cudaMemcpy(host_o, o.get(), size_t(rows * row_elems) * out_elem, cudaMemcpyDeviceToHost),
-               "download o");
-  }
-  if (!o_bits.empty()) {
-    float* dst = res.o.data();
-    const int64_t n = int64_t(o_bits.size());
-#pragma omp parallel for schedule(static)
-    for (int64_t i = 0; i < n; ++i) dst[i] = bf16_bits_to_float(o_bits[size_t(i)]);
+    download_floats(res.o.data(), o.get(), rows * row_elems, o_bf16, "download o");
   }
   res.final_state = Tensor<float>({B, HV, K, V});
   check_cuda(
@@ -383,18 +391,10 @@ EngineResult<float> run_cuda(const CudaInputs& inputs, const EngineConfig& confi
         // Fixed-length batch: chunk_offset[b] = b N.
         const int64_t base = (b * N + b) * HV + h * (N + 1);
         const int64_t count = counts[size_t(b * HV + h)];
-        if (view.snapshots_bf16) {
-          std::vector<uint16_t> bits(size_t(count * K * V));
-          check_cuda(cudaMemcpy(bits.data(), reinterpret_cast<const uint16_t*>(view.snapshots) + base * K * V,
-                                bits.size() * 2, cudaMemcpyDeviceToHost),
-                     "download snapshots");
-          for (size_t i = 0; i < bits.size(); ++i)
-            res.snapshots.data()[row * K * V + int64_t(i)] = bf16_bits_to_float(bits[i]);
-        } else {
-          check_cuda(cudaMemcpy(res.snapshots.data() + row * K * V, view.snapshots + base * K * V,
-                                size_t(count * K * V) * 4, cudaMemcpyDeviceToHost),
-                     "download snapshots");
-        }
+        const size_t elem = view.snapshots_bf16 ? 2 : 4;
+        download_floats(res.snapshots.data() + row * K * V,
+                        reinterpret_cast<const char*>(view.snapshots) + size_t(base * K * V) * elem,
+                        count * K * V, view.snapshots_bf16, "download snapshots");
         for (int64_t m = 0; m < count; ++m, ++row) {
           res.snapshot_index[row * 3 + 0] = int32_t(b);
           res.snapshot_index[row * 3 + 1] = int32_t(h);

@@ -462,36 +462,30 @@ __global__ void build_keys_kernel(const int32_t* chunk_offset, int HV, int units
   }
 }
 
-// Marks the first `keep` entries of each per-unit sorted segment (topk, random, head_budget's floor).
-__global__ void mark_top_per_unit_kernel(const int32_t* chunk_offset, int HV, int units, int tie_bits,
-                                         double rho, int64_t fixed_keep, const uint64_t* sorted,
-                                         uint8_t* unit_mask) {
-  const int64_t s = blockIdx.x;
-  const int u = blockIdx.y;
-  const int64_t n = chunk_offset[s + 1] - chunk_offset[s];
-  const int64_t base = int64_t(chunk_offset[s]) * HV;
-  const int64_t keep = min_i64(n, fixed_keep >= 0 ? fixed_keep : budget_of(rho, n));
-  for (int64_t i = threadIdx.x; i < keep; i += blockDim.x) {
-    int64_t c;
-    int uu;
-    decode_key(sorted[base + u * n + i], units, tie_bits, &c, &uu);
-    unit_mask[base + uu * n + c] = 1;
-  }
-}
+// A rank bound within a unit's N events: a fixed count if count >= 0, else round(fraction N); at most N.
+struct RankBound {
+  double fraction;
+  int64_t count;
+  __device__ int64_t of(int64_t n) const { return min_i64(n, count >= 0 ? count : budget_of(fraction, n)); }
+};
 
-// head_budget's cap: in each unit's score order, the events from round(max_fraction N) on are marked 2
-// (blocked): the shared walk passes over them as it does over kept ones, and they count as not kept after it.
-__global__ void mark_capped_kernel(const int32_t* chunk_offset, int HV, int units, int tie_bits,
-                                   double max_fraction, const uint64_t* sorted, uint8_t* unit_mask) {
+// In each (sequence, unit)'s segment sorted by score, marks the events of ranks [from, to) with `value`:
+// 1 keeps them (topk; head_budget's floor), 2 blocks them (head_budget's cap: the shared walk passes over
+// them as over kept ones, and they count as not kept after it). A block never replaces a keep, so a floor
+// above the cap (refused on the C++ path, where N is known) keeps the floor.
+__global__ void mark_ranks_kernel(const int32_t* chunk_offset, int HV, int units, int tie_bits,
+                                  RankBound from, RankBound to, uint8_t value, const uint64_t* sorted,
+                                  uint8_t* unit_mask) {
   const int64_t s = blockIdx.x;
   const int u = blockIdx.y;
   const int64_t n = chunk_offset[s + 1] - chunk_offset[s];
   const int64_t base = int64_t(chunk_offset[s]) * HV;
-  for (int64_t i = budget_of(max_fraction, n) + threadIdx.x; i < n; i += blockDim.x) {
+  for (int64_t i = from.of(n) + threadIdx.x; i < to.of(n); i += blockDim.x) {
     int64_t c;
     int uu;
     decode_key(sorted[base + u * n + i], units, tie_bits, &c, &uu);
-    unit_mask[base + uu * n + c] = 2;
+    uint8_t& mark = unit_mask[base + uu * n + c];
+    if (mark != 1) mark = value;
   }
 }
 
@@ -1709,9 +1703,8 @@ __global__ void __launch_bounds__(256) output_tc_kernel(OutputArgs a, const bf16
 size_t prepare_tc_smem() {
   return sizeof(PrepSmem);
 }
-template <int NS>
-size_t recurrence_tc_smem() {
-  return sizeof(RecSmem<NS>);
+size_t recurrence_tc_smem(int stages) {
+  return stages == 2 ? sizeof(RecSmem<2>) : sizeof(RecSmem<3>);
 }
 size_t output_tc_smem(bool multi) {
   return sizeof(OutSmem) + (multi ? size_t(kD) * kD * 4 : 0);
@@ -1788,25 +1781,14 @@ int recurrence_stages(const Problem& p) {
   if (env && (env[0] == '2' || env[0] == '3') && env[1] == 0) return env[0] - '0';
   return p.selector == SelectorKind::dense ? 2 : 3;
 }
-template <int NS>
-std::string launch_recurrence_tc(dim3 grid, cudaStream_t stream, const RecurrenceArgs& args,
-                                 const __nv_bfloat16* u, const __nv_bfloat16* w) {
-  const size_t smem = tc::recurrence_tc_smem<NS>();
-  SGDN_TRY_CUDA(cudaFuncSetAttribute(tc::recurrence_tc_kernel<NS>,
-                                     cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
-  tc::recurrence_tc_kernel<NS><<<grid, tc::kRecThreads, smem, stream>>>(args, u, w);
-  SGDN_TRY_LAUNCH("recurrence_tc_kernel");
-  return {};
-}
-
-// The tensor-core output stage, launched so that it may start while the recurrence before it in the stream
-// still runs (programmatic dependent launch): its blocks wait on the recurrence's progress flags, so each
-// starts as soon as its group's snapshot exists, on the multiprocessors the recurrence leaves free.
-// SGDN_CUDA_SERIAL_OUTPUTS=1 launches it plainly after the recurrence instead (a measuring aid).
-template <class Out>
-std::string launch_output_tc(dim3 grid, size_t smem, cudaStream_t stream, const OutputArgs& args,
-                             const __nv_bfloat16* u, const __nv_bfloat16* w) {
-  const auto kernel = tc::output_tc_kernel<Out>;
+// Launches a tensor-core kernel with its dynamic shared memory. beside_previous: programmatic dependent
+// launch, the kernel may start while the kernel before it in the stream still runs. Only the output stage
+// asks for it: its blocks wait on the recurrence's progress flags, so each starts as soon as its group's
+// snapshot exists, on the multiprocessors the recurrence leaves free (the recurrence never waits on it, so
+// no launch order can deadlock). SGDN_CUDA_SERIAL_OUTPUTS=1 launches it plainly instead (a measuring aid).
+template <class... Params, class... Args>
+std::string launch_tc(void (*kernel)(Params...), dim3 grid, int threads, size_t smem, cudaStream_t stream,
+                      bool beside_previous, Args... args) {
   SGDN_TRY_CUDA(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
   const char* serial = std::getenv("SGDN_CUDA_SERIAL_OUTPUTS");
   cudaLaunchAttribute overlap{};
@@ -1814,12 +1796,12 @@ std::string launch_output_tc(dim3 grid, size_t smem, cudaStream_t stream, const 
   overlap.val.programmaticStreamSerializationAllowed = 1;
   cudaLaunchConfig_t config{};
   config.gridDim = grid;
-  config.blockDim = dim3(256);
+  config.blockDim = dim3(unsigned(threads));
   config.dynamicSmemBytes = smem;
   config.stream = stream;
   config.attrs = &overlap;
-  config.numAttrs = serial && serial[0] == '1' ? 0 : 1;
-  SGDN_TRY_CUDA(cudaLaunchKernelEx(&config, kernel, args, u, w));
+  config.numAttrs = beside_previous && !(serial && serial[0] == '1') ? 1 : 0;
+  SGDN_TRY_CUDA(cudaLaunchKernelEx(&config, kernel, args...));
   return {};
 }
 
@@ -2002,17 +1984,13 @@ std::string forward(const Problem& p, const DeviceTensors& t, void* workspace, s
   auto* u_tc = reinterpret_cast<__nv_bfloat16*>(ws.u);
   auto* w_tc = reinterpret_cast<__nv_bfloat16*>(ws.w);
   std::string err;
-  if (use_tc) {
-    const size_t smem = tc::prepare_tc_smem();
-    SGDN_TRY_CUDA(
-        cudaFuncSetAttribute(tc::prepare_tc_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
-    tc::prepare_tc_kernel<<<chunk_grid, 128, smem, stream>>>(prep, u_tc, w_tc);
-    SGDN_TRY_LAUNCH("prepare_tc_kernel");
-  } else {
+  if (use_tc)
+    err = launch_tc(tc::prepare_tc_kernel, chunk_grid, 128, tc::prepare_tc_smem(), stream, false, prep, u_tc,
+                    w_tc);
+  else
     err = bf16 ? launch_prepare<__nv_bfloat16>(p, prep, chunk_grid, stream)
                : launch_prepare<float>(p, prep, chunk_grid, stream);
-    if (!err.empty()) return err;
-  }
+  if (!err.empty()) return err;
 
   timer.mark("prepare");
   // 3. scores
@@ -2062,9 +2040,10 @@ std::string forward(const Problem& p, const DeviceTensors& t, void* workspace, s
     }
     case SelectorKind::topk:
       if (std::string e = sort_keys(true); !e.empty()) return e;
-      mark_top_per_unit_kernel<<<dim3(unsigned(S), unsigned(units)), kThreads, 0, stream>>>(
-          ws.chunk_offset, HV, units, tie_bits, p.rho, -1, ws.keys_out, ws.unit_mask);
-      SGDN_TRY_LAUNCH("mark_top_per_unit_kernel");
+      mark_ranks_kernel<<<dim3(unsigned(S), unsigned(units)), kThreads, 0, stream>>>(
+          ws.chunk_offset, HV, units, tie_bits, RankBound{0, 0}, RankBound{p.rho, -1}, 1, ws.keys_out,
+          ws.unit_mask);
+      SGDN_TRY_LAUNCH("mark_ranks_kernel");
       break;
     case SelectorKind::head_budget:
       if (p.min_per_head == 0 && p.max_fraction >= 1) {
@@ -2076,14 +2055,16 @@ std::string forward(const Problem& p, const DeviceTensors& t, void* workspace, s
       // With a floor or a cap: each unit's events in score order first, then the shared walk.
       if (std::string e = sort_keys(true); !e.empty()) return e;
       if (p.min_per_head > 0) {
-        mark_top_per_unit_kernel<<<dim3(unsigned(S), unsigned(units)), kThreads, 0, stream>>>(
-            ws.chunk_offset, HV, units, tie_bits, p.rho, p.min_per_head, ws.keys_out, ws.unit_mask);
-        SGDN_TRY_LAUNCH("mark_top_per_unit_kernel");
+        mark_ranks_kernel<<<dim3(unsigned(S), unsigned(units)), kThreads, 0, stream>>>(
+            ws.chunk_offset, HV, units, tie_bits, RankBound{0, 0}, RankBound{0, p.min_per_head}, 1,
+            ws.keys_out, ws.unit_mask);
+        SGDN_TRY_LAUNCH("mark_ranks_kernel");
       }
       if (p.max_fraction < 1) {
-        mark_capped_kernel<<<dim3(unsigned(S), unsigned(units)), kThreads, 0, stream>>>(
-            ws.chunk_offset, HV, units, tie_bits, p.max_fraction, ws.keys_out, ws.unit_mask);
-        SGDN_TRY_LAUNCH("mark_capped_kernel");
+        mark_ranks_kernel<<<dim3(unsigned(S), unsigned(units)), kThreads, 0, stream>>>(
+            ws.chunk_offset, HV, units, tie_bits, RankBound{p.max_fraction, -1}, RankBound{1, -1}, 2,
+            ws.keys_out, ws.unit_mask);
+        SGDN_TRY_LAUNCH("mark_ranks_kernel");
       }
       if (std::string e = sort_keys(false); !e.empty()) return e;
       mark_shared_budget_kernel<<<unsigned(S), 1024, 0, stream>>>(ws.chunk_offset, HV, units, tie_bits, p.rho,
@@ -2130,8 +2111,10 @@ std::string forward(const Problem& p, const DeviceTensors& t, void* workspace, s
   if (use_tc) {
     const dim3 grid{unsigned(S), unsigned(HV), unsigned(tc::kD / tc::kVT)};
     SGDN_TRY_CUDA(cudaMemsetAsync(ws.progress, 0, (size_t(S) * HV * grid.z + 1) * sizeof(int32_t), stream));
-    err = recurrence_stages(p) == 2 ? launch_recurrence_tc<2>(grid, stream, rec, u_tc, w_tc)
-                                    : launch_recurrence_tc<3>(grid, stream, rec, u_tc, w_tc);
+    const int stages = recurrence_stages(p);
+    err = launch_tc(stages == 2 ? tc::recurrence_tc_kernel<2> : tc::recurrence_tc_kernel<3>, grid,
+                    tc::kRecThreads, tc::recurrence_tc_smem(stages), stream, false, rec,
+                    static_cast<const __nv_bfloat16*>(u_tc), static_cast<const __nv_bfloat16*>(w_tc));
     if (!err.empty()) return err;
   } else {
     const dim3 rec_grid{unsigned(S), unsigned(HV), unsigned(vtiles)};
@@ -2172,8 +2155,9 @@ std::string forward(const Problem& p, const DeviceTensors& t, void* workspace, s
   if (use_tc) {
     const dim3 grid{unsigned(nmax * HV), 1u, 1u};
     const size_t smem = tc::output_tc_smem(p.group > 1);
-    err = out_bf16 ? launch_output_tc<__nv_bfloat16>(grid, smem, stream, out, u_tc, w_tc)
-                   : launch_output_tc<float>(grid, smem, stream, out, u_tc, w_tc);
+    err = launch_tc(out_bf16 ? tc::output_tc_kernel<__nv_bfloat16> : tc::output_tc_kernel<float>, grid, 256,
+                    smem, stream, true, out, static_cast<const __nv_bfloat16*>(u_tc),
+                    static_cast<const __nv_bfloat16*>(w_tc));
   } else if (bf16)
     err = out_bf16 ? launch_output<__nv_bfloat16, __nv_bfloat16>(p, out, out_grid, stream)
                    : launch_output<__nv_bfloat16, float>(p, out, out_grid, stream);

@@ -18,6 +18,7 @@ the snapshots actually written ((kept events + 1) x K x V per head, bf16 on the 
 import argparse
 import ctypes
 import datetime
+import importlib.metadata
 import json
 import math
 import os
@@ -69,21 +70,8 @@ class Ours:
         q, k, v, g, beta = inputs
         T = q.shape[1]
         self.lib = lib
-        c = sgdn_cuda.Config()
-        lib.sgdn_cuda_default_config(ctypes.byref(c))
-        c.num_seqs, c.total_tokens = len(lengths), T
-        c.qk_heads, c.v_heads, c.key_dim, c.value_dim = H, HV, K, V
-        c.chunk, c.group = C, cfg["group"]
-        exact = cfg["solver"] == "exact"
-        c.solver_block = C if exact else 16
-        c.solver_band = -1 if exact else cfg["band"]
-        c.score = sgdn_cuda.SCORES[cfg["score"]]
-        c.selector = sgdn_cuda.SELECTORS[cfg["selector"]]
-        c.head_granularity = 0
-        c.rho = cfg.get("rho", 1.0)
-        c.max_fraction = cfg.get("max_fraction", 1.0)
-        c.input_dtype = c.output_dtype = sgdn_cuda.BFLOAT16
-        c.tensor_cores = 1
+        c = sgdn_cuda.make_config(lib, num_seqs=len(lengths), total_tokens=T, qk_heads=H, v_heads=HV, key_dim=K,
+                                  value_dim=V, chunk=C, **cfg)
         self.config = c
         size = ctypes.c_size_t(0)
         sgdn_cuda._check(lib, lib.sgdn_cuda_workspace_size(ctypes.byref(c), ctypes.byref(size)))
@@ -159,6 +147,14 @@ def time_graph(calls, warmup=3, repeats=20):
     return statistics.median(times) / len(calls), (max(times) - min(times)) / len(calls)
 
 
+def fla_version(fla):
+    """The installed fla-core's version (its distribution metadata; the module's own attribute otherwise)."""
+    try:
+        return importlib.metadata.version("fla-core")
+    except importlib.metadata.PackageNotFoundError:
+        return getattr(fla, "__version__", "unknown")
+
+
 def rel(a, b):
     return ((a.float() - b.float()).norm() / b.float().norm()).item()
 
@@ -188,7 +184,7 @@ def main():
         "device": f"{props.name} ({props.multi_processor_count} SMs, {props.total_memory >> 20} MiB), driver {driver}",
         "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%MZ"),
         "versions": {"torch": torch.__version__, "cuda": torch.version.cuda, "triton": triton.__version__,
-                     "fla": getattr(fla, "__version__", "0.6.0"), "FLA_FLASH_QLA": os.environ.get("FLA_FLASH_QLA"),
+                     "fla": fla_version(fla), "FLA_FLASH_QLA": os.environ.get("FLA_FLASH_QLA"),
                      "sgdn": os.environ.get("SGDN_REV", "working tree"), "sgdn_abi": lib.sgdn_cuda_abi_version()},
         "method": "CUDA-graph replay, median of %d replays after 3 warm-up replays; 2 rotating input sets for T <= 8K"
                   % args.repeats,

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import torch
 
-__all__ = ["SgdnCudaError", "chunk_sparse_gdn", "load_library"]
+__all__ = ["SgdnCudaError", "chunk_sparse_gdn", "load_library", "make_config"]
 
 ABI_VERSION = 3  # kernels/sgdn_cuda.h SGDN_CUDA_ABI_VERSION: the Config layout below
 FLOAT32, BFLOAT16 = 0, 1
@@ -115,6 +115,32 @@ def _ptr(t):
     return None if t is None else ctypes.c_void_p(t.data_ptr())
 
 
+def make_config(lib, *, num_seqs, total_tokens, qk_heads, v_heads, key_dim, value_dim, chunk=64, group=1,
+                solver="exact", block=16, band=1, selector="dense", rho=0.29, score="survival", granularity="pair",
+                seed=0, tau=1.0, min_per_head=0, max_fraction=1.0, skip_own_group=False, scale=None,
+                input_dtype=torch.bfloat16, output_dtype=torch.bfloat16, tensor_cores=True):
+    """The C ABI's sgdn_cuda_config for these settings (names as in chunk_sparse_gdn; the library checks the
+    values when it is used). For callers that preallocate and call sgdn_cuda_forward themselves."""
+    config = Config()
+    lib.sgdn_cuda_default_config(ctypes.byref(config))
+    config.num_seqs, config.total_tokens = int(num_seqs), int(total_tokens)
+    config.qk_heads, config.v_heads, config.key_dim, config.value_dim = qk_heads, v_heads, key_dim, value_dim
+    config.chunk, config.group = chunk, group
+    config.solver_block = block if solver == "block_adjacent" else chunk
+    config.solver_band = band if solver == "block_adjacent" else -1
+    config.score = SCORES[score]
+    config.survival_skip_own_group = int(bool(skip_own_group))
+    config.selector = SELECTORS[selector]
+    config.head_granularity = 0 if granularity == "pair" else 1
+    config.rho, config.tau, config.seed, config.min_per_head = float(rho), float(tau), int(seed), int(min_per_head)
+    config.max_fraction = float(max_fraction)
+    config.scale = float(scale) if scale is not None else 0.0
+    config.input_dtype = BFLOAT16 if input_dtype == torch.bfloat16 else FLOAT32
+    config.output_dtype = BFLOAT16 if output_dtype == torch.bfloat16 else FLOAT32
+    config.tensor_cores = int(bool(tensor_cores))
+    return config
+
+
 def chunk_sparse_gdn(q, k, v, g, beta, *, scale=None, initial_state=None, output_final_state=True,
                      cu_seqlens=None, chunk=64, group=1, solver="exact", block=16, band=1,
                      selector="dense", rho=0.29, score="survival", granularity="pair", seed=0, tau=1.0,
@@ -169,26 +195,13 @@ def chunk_sparse_gdn(q, k, v, g, beta, *, scale=None, initial_state=None, output
     for n in n_chunks:
         chunk_offsets.append(chunk_offsets[-1] + n)
 
-    config = Config()
-    lib.sgdn_cuda_default_config(ctypes.byref(config))
-    config.num_seqs = num_seqs
-    config.total_tokens = B * T
-    config.qk_heads, config.v_heads, config.key_dim, config.value_dim = H, HV, K, V
-    config.chunk, config.group = chunk, group
-    config.solver_block = block if solver == "block_adjacent" else chunk
-    config.solver_band = band if solver == "block_adjacent" else -1
-    config.score = SCORES[score]
-    config.survival_skip_own_group = int(bool(skip_own_group))
-    config.selector = SELECTORS[selector]
-    config.head_granularity = 0 if granularity == "pair" else 1
-    config.rho, config.tau, config.seed, config.min_per_head = float(rho), float(tau), int(seed), int(min_per_head)
-    config.max_fraction = float(max_fraction)
-    config.scale = float(scale) if scale is not None else 0.0
-    config.input_dtype = BFLOAT16 if q.dtype == torch.bfloat16 else FLOAT32
     out_dtype = output_dtype or q.dtype
     _require(out_dtype in (torch.float32, torch.bfloat16), f"output_dtype {out_dtype}; allowed: float32, bfloat16")
-    config.output_dtype = BFLOAT16 if out_dtype == torch.bfloat16 else FLOAT32
-    config.tensor_cores = int(bool(tensor_cores))
+    config = make_config(lib, num_seqs=num_seqs, total_tokens=B * T, qk_heads=H, v_heads=HV, key_dim=K, value_dim=V,
+                         chunk=chunk, group=group, solver=solver, block=block, band=band, selector=selector, rho=rho,
+                         score=score, granularity=granularity, seed=seed, tau=tau, min_per_head=min_per_head,
+                         max_fraction=max_fraction, skip_own_group=skip_own_group, scale=scale,
+                         input_dtype=q.dtype, output_dtype=out_dtype, tensor_cores=tensor_cores)
 
     size = ctypes.c_size_t(0)
     _check(lib, lib.sgdn_cuda_workspace_size(ctypes.byref(config), ctypes.byref(size)))

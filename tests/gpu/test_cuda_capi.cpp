@@ -130,6 +130,25 @@ TEST_CASE("C ABI rejects bad input with a status and a message", "[gpu][capi]") 
     CHECK(sgdn_cuda_workspace_size(&bad, &bytes) == SGDN_CUDA_INVALID_ARGUMENT);
     CHECK_THAT(last_error(), Catch::Contains("divide"));
   }
+  SECTION("head_budget: a floor above the cap keeps the floor") {
+    // T = 100: N = 2 chunks per head; max_fraction 0.5 caps a unit at 1 event, min_per_head asks for 2. The
+    // C++ path refuses this (it knows N); the C ABI keeps the floor: every unit keeps both of its chunks.
+    sgdn_cuda_config floor = config;
+    floor.selector = SGDN_CUDA_SELECT_HEAD_BUDGET;
+    floor.rho = 0.3;
+    floor.max_fraction = 0.5;
+    floor.min_per_head = 2;
+    size_t floor_bytes = 0;
+    REQUIRE(sgdn_cuda_workspace_size(&floor, &floor_bytes) == SGDN_CUDA_OK);
+    void* floor_workspace = arena.alloc(floor_bytes);
+    sgdn_cuda_tensors with_budget = t;
+    with_budget.budget = static_cast<int32_t*>(arena.alloc(size_t(H) * 4));  // pair granularity: H units
+    REQUIRE(sgdn_cuda_forward(&floor, &with_budget, floor_workspace, floor_bytes, nullptr) == SGDN_CUDA_OK);
+    std::vector<int32_t> budget(static_cast<size_t>(H));
+    REQUIRE(cudaMemcpy(budget.data(), with_budget.budget, budget.size() * 4, cudaMemcpyDeviceToHost) ==
+            cudaSuccess);
+    CHECK(budget == std::vector<int32_t>(static_cast<size_t>(H), 2));
+  }
   SECTION("workspace too small") {
     CHECK(sgdn_cuda_forward(&config, &t, workspace, bytes / 2, nullptr) == SGDN_CUDA_WORKSPACE_TOO_SMALL);
   }
