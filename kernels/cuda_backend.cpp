@@ -348,12 +348,16 @@ EngineResult<float> run_cuda(const CudaInputs& inputs, const EngineConfig& confi
   const int64_t rows = rows_only ? int64_t(options.output_tokens.size()) : B * T;
   res.o = rows_only ? Tensor<float>({1, rows, HV, V}) : Tensor<float>({B, T, HV, V});
   const bool o_bf16 = p.output_dtype == cuda::DType::bfloat16;
-  if (rows_only) {
+  if (rows_only) {  // the rows one copy each, then one widening pass over all of them
+    std::vector<uint16_t> o_bits(o_bf16 ? size_t(rows * row_elems) : 0);
+    char* host_o = o_bf16 ? reinterpret_cast<char*>(o_bits.data()) : reinterpret_cast<char*>(res.o.data());
     for (int64_t r = 0; r < rows; ++r)
-      download_floats(
-          res.o.data() + r * row_elems,
-          static_cast<const char*>(o.get()) + size_t(options.output_tokens[size_t(r)] * row_elems) * out_elem,
-          row_elems, o_bf16, "download o");
+      check_cuda(cudaMemcpy(host_o + size_t(r * row_elems) * out_elem,
+                            static_cast<const char*>(o.get()) +
+                                size_t(options.output_tokens[size_t(r)] * row_elems) * out_elem,
+                            size_t(row_elems) * out_elem, cudaMemcpyDeviceToHost),
+                 "download o");
+    if (o_bf16) widen_bf16(o_bits, res.o.data());
   } else {
     download_floats(res.o.data(), o.get(), rows * row_elems, o_bf16, "download o");
   }

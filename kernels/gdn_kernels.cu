@@ -1004,7 +1004,7 @@ __device__ __forceinline__ void cp_async_commit() {
 __device__ __forceinline__ void cp_async_wait_all() {
   asm volatile("cp.async.wait_all;\n" ::: "memory");
 }
-// Waits for all committed copy groups but the newest `pending` (0 or 1).
+// Waits for all committed copy groups but the newest `pending` (1; 0 or less: all of them).
 __device__ __forceinline__ void cp_async_wait_but(int pending) {
   if (pending >= 1)
     asm volatile("cp.async.wait_group 1;\n" ::: "memory");
@@ -1432,7 +1432,8 @@ __global__ void __launch_bounds__(kRecThreads)
           mma(acc[kk & 3][0], af, bf[0], bf[1]);
           mma(acc[kk & 3][1], af, bf[2], bf[3]);
         }
-        // While the products run: the previous event's snapshot, the copies of the event after next.
+        // While the products run: the previous event's snapshot, the copies of the next event not yet in
+        // flight.
         flush_snapshot();
         if (to_fetch <
             wn) {  // into the buffer after those in flight (the previous event's, for NS - 1 of them)
@@ -1772,9 +1773,10 @@ std::string launch_output(const Problem& p, const OutputArgs& args, dim3 grid, c
   return {};
 }
 
-// Copy stages of the tensor-core recurrence: 2 when every event is kept (all chains equally long, so the
+// Copy stages of the tensor-core recurrence: 2 for the dense selector (all chains equally long, so the
 // multiprocessors' throughput counts and an output block fits beside each recurrence block), else 3 (the
-// busiest chain is the critical path and runs alone on its multiprocessor). SGDN_CUDA_REC_STAGES=2 or 3
+// busiest chain is the critical path and runs alone on its multiprocessor; a sparse selector that happens to
+// keep every event, such as head_budget at rho 1, gets 3 as well). SGDN_CUDA_REC_STAGES=2 or 3
 // overrides it (a measuring aid).
 int recurrence_stages(const Problem& p) {
   const char* env = std::getenv("SGDN_CUDA_REC_STAGES");

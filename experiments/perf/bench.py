@@ -14,6 +14,7 @@ Intermediates: FLA's h tensor N x HV x K x V bf16; ours the U/W workspace (bf16 
 the snapshots actually written ((kept events + 1) x K x V per head, bf16 on the tensor-core path).
 
     SGDN_CUDA_LIB=build-cuda/dist/libsgdn_cuda_capi.so python3 experiments/perf/bench.py [--out DIR] [--quick]
+        [--layouts 1x32K,4x8K] [--configs sparse-default,sparse-G2] [--name BASE]
 """
 import argparse
 import ctypes
@@ -166,6 +167,8 @@ def main():
     ap.add_argument("--quick", action="store_true", help="T = 4K and 32K only")
     ap.add_argument("--layouts", help="comma-separated layout names to run (e.g. 1x32K,4x8K); default all")
     ap.add_argument("--repeats", type=int, default=20)
+    ap.add_argument("--name", help="base name of the result files in --out (default: h200 for the whole table, "
+                    "h200_subset when --quick, --layouts or --configs narrow it, so a subset never replaces it)")
     ap.add_argument("--configs", help="comma-separated configurations (default: " + ", ".join(CONFIGS) +
                     "; also " + ", ".join(EXTRA_CONFIGS) + ")")
     args = ap.parse_args()
@@ -246,11 +249,13 @@ def main():
         torch.cuda.empty_cache()
     os.makedirs(args.out, exist_ok=True)
     result = dict(meta, rows=rows)
-    with open(os.path.join(args.out, "h200.json"), "w") as f:
+    name = args.name or ("h200_subset" if args.quick or args.layouts or args.configs else "h200")
+    with open(os.path.join(args.out, name + ".json"), "w") as f:
         json.dump(result, f, indent=1)
     cmd = ("SGDN_CUDA_LIB=build-cuda/dist/libsgdn_cuda_capi.so FLA_FLASH_QLA=0 "
            "python3 experiments/perf/bench.py" + (" --quick" if args.quick else "")
-           + (f" --layouts {args.layouts}" if args.layouts else "") + (f" --configs {args.configs}" if args.configs else ""))
+           + (f" --layouts {args.layouts}" if args.layouts else "") + (f" --configs {args.configs}" if args.configs else "")
+           + (f" --name {args.name}" if args.name else ""))
     lines = [f"# SparseGDN vs FLA on {meta['device']}", "",
              f"{meta['date']}; " + ", ".join(f"{k} {v}" for k, v in meta["versions"].items()), "",
              f"Method: {meta['method']}. H = {H}, HV = {HV}, K = V = {K}, bf16 in/out, chunk 64. "
@@ -264,7 +269,7 @@ def main():
                      f"{r['speedup']:.2f} | {r['ours_bytes'] / 2**20:.0f} | {r['fla_bytes'] / 2**20:.0f} | "
                      f"{r['kept_fraction']:.2f} | {r['rel_err_vs_fla']:.2e} |")
     lines += ["", "Command (device machine, repo root, build-cuda/dist and .whl carried):", "", "    " + cmd, ""]
-    with open(os.path.join(args.out, "h200.md"), "w") as f:
+    with open(os.path.join(args.out, name + ".md"), "w") as f:
         f.write("\n".join(lines))
     print("\n".join(lines))
 

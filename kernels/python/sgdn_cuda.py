@@ -115,12 +115,22 @@ def _ptr(t):
     return None if t is None else ctypes.c_void_p(t.data_ptr())
 
 
+def _check_strategy_names(solver, selector, score, granularity):
+    _require(solver in ("exact", "block_adjacent"), f"solver '{solver}' has no GPU implementation; "
+             "available: exact, block_adjacent")
+    _require(selector in SELECTORS, f"selector '{selector}' is not known; allowed: {', '.join(SELECTORS)}")
+    _require(score in SCORES, f"score '{score}' is not known; allowed: {', '.join(SCORES)}")
+    _require(granularity in ("pair", "head"), f"granularity '{granularity}'; allowed: pair, head")
+
+
 def make_config(lib, *, num_seqs, total_tokens, qk_heads, v_heads, key_dim, value_dim, chunk=64, group=1,
                 solver="exact", block=16, band=1, selector="dense", rho=0.29, score="survival", granularity="pair",
                 seed=0, tau=1.0, min_per_head=0, max_fraction=1.0, skip_own_group=False, scale=None,
                 input_dtype=torch.bfloat16, output_dtype=torch.bfloat16, tensor_cores=True):
-    """The C ABI's sgdn_cuda_config for these settings (names as in chunk_sparse_gdn; the library checks the
-    values when it is used). For callers that preallocate and call sgdn_cuda_forward themselves."""
+    """The C ABI's sgdn_cuda_config for these settings (names as in chunk_sparse_gdn). Unknown strategy names
+    raise SgdnCudaError here; the numbers are checked by the library when the config is used. For callers that
+    preallocate and call sgdn_cuda_forward themselves."""
+    _check_strategy_names(solver, selector, score, granularity)
     config = Config()
     lib.sgdn_cuda_default_config(ctypes.byref(config))
     config.num_seqs, config.total_tokens = int(num_seqs), int(total_tokens)
@@ -168,11 +178,7 @@ def chunk_sparse_gdn(q, k, v, g, beta, *, scale=None, initial_state=None, output
     for name in ("k", "v", "beta"):
         _require(tensors[name].dtype == q.dtype, f"{name} has dtype {tensors[name].dtype}, q has {q.dtype}")
     _require(g.dtype == torch.float32, f"g has dtype {g.dtype}; it must be float32")
-    _require(solver in ("exact", "block_adjacent"), f"solver '{solver}' has no GPU implementation; "
-             "available: exact, block_adjacent")
-    _require(selector in SELECTORS, f"selector '{selector}' is not known; allowed: {', '.join(SELECTORS)}")
-    _require(score in SCORES, f"score '{score}' is not known; allowed: {', '.join(SCORES)}")
-    _require(granularity in ("pair", "head"), f"granularity '{granularity}'; allowed: pair, head")
+    _check_strategy_names(solver, selector, score, granularity)
     device = q.device
     for name, t in tensors.items():
         _require(t.device == device, f"{name} is on {t.device}, q on {device}")
