@@ -89,7 +89,9 @@ struct Workspace {
   int32_t* snapshot_count;  // [S, HV]
   int32_t* group_slot;      // [Nmax, HV]
   float* group_log_decay;   // [Nmax, HV]
-  int32_t* progress;        // [S, HV, V tiles] recurrence progress in chunks, then the output blocks done
+  int32_t* progress;        // [S, HV, V tiles] recurrence progress in chunks (tensor-core path)
+  int32_t* blocks_done;     // [1] output blocks finished, right after `progress`
+  size_t flags_bytes;       // progress and blocks_done, zeroed before each tensor-core recurrence
   size_t total;
 };
 
@@ -164,7 +166,10 @@ Workspace carve(const Problem& p, void* base) {
   ws.snapshot_count = static_cast<int32_t*>(take(S * hv * 4));
   ws.group_slot = static_cast<int32_t*>(take(events * 4));
   ws.group_log_decay = static_cast<float*>(take(events * 4));
-  ws.progress = static_cast<int32_t*>(take((S * hv * (V / kTcTile) + 1) * 4));
+  const size_t progress_flags = S * hv * (V / kTcTile);
+  ws.flags_bytes = (progress_flags + 1) * 4;
+  ws.progress = static_cast<int32_t*>(take(ws.flags_bytes));
+  ws.blocks_done = ws.progress ? ws.progress + progress_flags : nullptr;
   ws.total = offset;
   return ws;
 }
@@ -2112,7 +2117,7 @@ std::string forward(const Problem& p, const DeviceTensors& t, void* workspace, s
                      ws.progress};
   if (use_tc) {
     const dim3 grid{unsigned(S), unsigned(HV), unsigned(tc::kD / tc::kVT)};
-    SGDN_TRY_CUDA(cudaMemsetAsync(ws.progress, 0, (size_t(S) * HV * grid.z + 1) * sizeof(int32_t), stream));
+    SGDN_TRY_CUDA(cudaMemsetAsync(ws.progress, 0, ws.flags_bytes, stream));
     const int stages = recurrence_stages(p);
     err = launch_tc(stages == 2 ? tc::recurrence_tc_kernel<2> : tc::recurrence_tc_kernel<3>, grid,
                     tc::kRecThreads, tc::recurrence_tc_smem(stages), stream, false, rec,
@@ -2141,7 +2146,7 @@ std::string forward(const Problem& p, const DeviceTensors& t, void* workspace, s
                  ws.group_slot,
                  ws.group_log_decay,
                  ws.progress,
-                 ws.progress + S * HV * (p.value_dim / kTcTile),
+                 ws.blocks_done,
                  S,
                  p.qk_heads,
                  HV,
