@@ -1778,14 +1778,21 @@ std::string launch_output(const Problem& p, const OutputArgs& args, dim3 grid, c
   return {};
 }
 
+// The measuring aids below are environment variables holding one digit (SGDN_CUDA_STAGE_TIMING=1,
+// SGDN_CUDA_SERIAL_OUTPUTS=1, SGDN_CUDA_REC_STAGES=2|3); anything else, or unset, reads as -1 (off).
+int measuring_switch(const char* name) {
+  const char* env = std::getenv(name);
+  return env && env[0] >= '0' && env[0] <= '9' && env[1] == 0 ? env[0] - '0' : -1;
+}
+
 // Copy stages of the tensor-core recurrence: 2 for the dense selector (all chains equally long, so the
 // multiprocessors' throughput counts and an output block fits beside each recurrence block), else 3 (the
 // busiest chain is the critical path and runs alone on its multiprocessor; a sparse selector that happens to
 // keep every event, such as head_budget at rho 1, gets 3 as well). SGDN_CUDA_REC_STAGES=2 or 3
 // overrides it (a measuring aid).
 int recurrence_stages(const Problem& p) {
-  const char* env = std::getenv("SGDN_CUDA_REC_STAGES");
-  if (env && (env[0] == '2' || env[0] == '3') && env[1] == 0) return env[0] - '0';
+  const int forced = measuring_switch("SGDN_CUDA_REC_STAGES");
+  if (forced == 2 || forced == 3) return forced;
   return p.selector == SelectorKind::dense ? 2 : 3;
 }
 // Launches a tensor-core kernel with its dynamic shared memory. beside_previous: programmatic dependent
@@ -1797,7 +1804,6 @@ template <class... Params, class... Args>
 std::string launch_tc(void (*kernel)(Params...), dim3 grid, int threads, size_t smem, cudaStream_t stream,
                       bool beside_previous, Args... args) {
   SGDN_TRY_CUDA(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
-  const char* serial = std::getenv("SGDN_CUDA_SERIAL_OUTPUTS");
   cudaLaunchAttribute overlap{};
   overlap.id = cudaLaunchAttributeProgrammaticStreamSerialization;
   overlap.val.programmaticStreamSerializationAllowed = 1;
@@ -1807,7 +1813,7 @@ std::string launch_tc(void (*kernel)(Params...), dim3 grid, int threads, size_t 
   config.dynamicSmemBytes = smem;
   config.stream = stream;
   config.attrs = &overlap;
-  config.numAttrs = beside_previous && !(serial && serial[0] == '1') ? 1 : 0;
+  config.numAttrs = beside_previous && measuring_switch("SGDN_CUDA_SERIAL_OUTPUTS") != 1 ? 1 : 0;
   SGDN_TRY_CUDA(cudaLaunchKernelEx(&config, kernel, args...));
   return {};
 }
@@ -1817,8 +1823,7 @@ std::string launch_tc(void (*kernel)(Params...), dim3 grid, int threads, size_t 
 class StageTimer {
  public:
   explicit StageTimer(cudaStream_t stream) : stream_(stream) {
-    const char* env = std::getenv("SGDN_CUDA_STAGE_TIMING");
-    enabled_ = env && env[0] == '1';
+    enabled_ = measuring_switch("SGDN_CUDA_STAGE_TIMING") == 1;
     mark("start");
   }
   void mark(const char* name) {
