@@ -1268,14 +1268,25 @@ __global__ void __launch_bounds__(128) prepare_tc_kernel(PrepareArgs a, bf16* u_
 //   the snapshot, copied out of shared memory in 16-byte stores.
 // Two barriers per event when events follow one another (Sb written, Vh written); a skipped chunk before an
 // event adds one to rescale Sb. The next NS − 1 selected events' W, K, U, γ are in flight (cp.async, NS
-// stages). NS = 3 (137 KB of shared memory) keeps a lone busy chain fed; NS = 2 (97 KB) leaves room on the
+// stages). NS = 3 (125 KB of shared memory) keeps a lone busy chain fed; NS = 2 (89 KB) leaves room on the
 // multiprocessor for an output block (or a second recurrence block) beside it, which pays where every chain
 // is busy (the dense selector).
 constexpr int kRecThreads = 256;
+// The copied tiles have no padding: the 16-byte pieces of a row are permuted (XOR with bits of the row) so
+// that the 8 rows an ldmatrix reads, the rows the epilogue reads, and the 8 pieces a quarter-warp copies each
+// fall in distinct banks of one 128-byte line (with padded rows a copy spanned two lines; cp.async stores
+// then took ~2.5x their ideal wavefronts). W, K: 128 columns, piece p of row r at (p & 8) | ((p ^ r) & 7).
+__device__ __forceinline__ int swz128(int r, int c) {
+  return r * kD + (((c >> 3) & 8) | (((c >> 3) ^ r) & 7)) * 8 + (c & 7);
+}
+// U's 32 columns: piece p of row r at p ^ ((r >> 1) & 3) (two rows per 128-byte line).
+__device__ __forceinline__ int swz32(int r, int c) {
+  return r * kVT + ((((c >> 3) ^ (r >> 1)) & 3) * 8) + (c & 7);
+}
 struct RecStage {
-  bf16 w[kC * kLd];
-  bf16 k[kC * kLd];
-  bf16 u[kC * kLdT];
+  bf16 w[kC * kD];
+  bf16 k[kC * kD];
+  bf16 u[kC * kVT];
   float gam[kC];
 };
 template <int NS>
@@ -1352,6 +1363,7 @@ __global__ void __launch_bounds__(kRecThreads)
   // ur, part up. Per event only the 64-bit bases change, so the copies take immediate offsets.
   const int r0 = threadIdx.x >> 4, p8 = (threadIdx.x & 15) * 8;
   const int ur = threadIdx.x >> 2, up = (threadIdx.x & 3) * 8;
+  const int w_dst = swz128(r0, p8), u_dst = swz32(ur, up);  // rows r0 + 16j keep r0's low bits
   const int64_t k_row = int64_t(a.H) * kD;
   auto fetch = [&](int buf, int64_t c) {
     const int64_t cslot = (seq_chunk0 + c) * a.HV + hv;
@@ -1361,12 +1373,12 @@ __global__ void __launch_bounds__(kRecThreads)
     const bf16* ksrc = kp + ((seq_t0 + c * kC) * a.H + h) * kD + r0 * k_row + p8;
 #pragma unroll
     for (int j = 0; j < 4; ++j) {
-      cp_async16(st_.w + (r0 + 16 * j) * kLd + p8, wsrc + 16 * j * kD, true);
+      cp_async16(st_.w + w_dst + 16 * j * kD, wsrc + 16 * j * kD, true);
       const bool valid = r0 + 16 * j < len;  // rows past the sequence's end become zeros
-      cp_async16(st_.k + (r0 + 16 * j) * kLd + p8, valid ? ksrc : kp, valid);
+      cp_async16(st_.k + w_dst + 16 * j * kD, valid ? ksrc : kp, valid);
       ksrc += 16 * k_row;
     }
-    cp_async16(st_.u + ur * kLdT + up, u_all + cslot * (kC * kD) + ur * kD + col0 + up, true);
+    cp_async16(st_.u + u_dst, u_all + cslot * (kC * kD) + ur * kD + col0 + up, true);
     if (threadIdx.x < kC / 4)
       cp_async16(st_.gam + threadIdx.x * 4, a.gamma + cslot * kC + threadIdx.x * 4, true);
     cp_async_commit();
@@ -1432,7 +1444,7 @@ __global__ void __launch_bounds__(kRecThreads)
 #pragma unroll
         for (int kk = 0; kk < kD / 16; ++kk) {
           uint32_t af[4], bf[4];
-          load_a(af, cs.w, kLd, vrow, kk * 16);
+          ldsm_x4(af, cs.w + swz128(vrow + (lane & 15), kk * 16 + (lane >> 4) * 8));
           load_b_kn(bf, sm.sb, kLdT, kk * 16, vcol);
           mma(acc[kk & 3][0], af, bf[0], bf[1]);
           mma(acc[kk & 3][1], af, bf[2], bf[3]);
@@ -1453,7 +1465,7 @@ __global__ void __launch_bounds__(kRecThreads)
 #pragma unroll
           for (int nt = 0; nt < 2; ++nt) {
             const int col = vcol + nt * 8 + tq * 2;
-            const float2 uu = unpack_bf16(*reinterpret_cast<const uint32_t*>(cs.u + row * kLdT + col));
+            const float2 uu = unpack_bf16(*reinterpret_cast<const uint32_t*>(cs.u + swz32(row, col)));
             float x[2];
             for (int e = 0; e < 2; ++e) {
               const int r = 2 * half + e;
@@ -1476,7 +1488,7 @@ __global__ void __launch_bounds__(kRecThreads)
 #pragma unroll
         for (int k0 = 0; k0 < kC; k0 += 16) {
           uint32_t af[4], bf[4], bf2[4];
-          load_a_t(af, cs.k, kLd, warp * 16, k0);
+          ldsm_x4_t(af, cs.k + swz128(k0 + (lane & 7) + (lane >> 4) * 8, warp * 16 + ((lane >> 3) & 1) * 8));
           load_b_kn(bf, sm.vh, kLdT, k0, 0);
           load_b_kn(bf2, sm.vh, kLdT, k0, 16);
           float(&d)[4][4] = k0 < kC / 2 ? st : st2;
