@@ -43,11 +43,12 @@ std::string solver_label(const RunRecord& r) {
 }
 
 std::string selector_label(const RunRecord& r) {
-  std::string s = value_or(r.config, "selector.name", "?");
-  if (selector_reads_scores(s))
+  const std::string name = value_or(r.config, "selector.name", "?");
+  std::string s = name;
+  if (selector_reads_scores(name))
     s += "/" + value_or(r.config, "selector.score", "?") + "/" +
          value_or(r.config, "selector.granularity", "?");
-  return s + selector_param_text(value_or(r.config, "selector.name", "?"), r.config);
+  return s + selector_param_text(name, r.config);
 }
 
 std::string budget_label(const RunRecord& r) {

@@ -299,13 +299,14 @@ RunSpec resolve_run(const Settings& settings) {
   // How a run is measured is not what it computes: the timing repeats stay out of its identity, so a rerun
   // with more repeats finds the run done.
   static const std::set<std::string> measurement_only = {"run.timing_repeats"};
-  // Keys added after results were first written, at the default that computes what builds without them
-  // computed: left out of the identity there, so that earlier result files still resume.
-  static const std::map<std::string, std::string> later_keys = {{"selector.max_fraction", "1"}};
+  // Keys added after results were first written, at their registered default (which computes what builds
+  // without them computed): left out of the identity there, so that earlier result files still resume.
+  static const std::set<std::string> later_keys = {"selector.max_fraction"};
   std::string text;
   for (const auto& [key, v] : r) {
-    const auto later = later_keys.find(key);
-    if (measurement_only.count(key) || (later != later_keys.end() && v == later->second)) continue;
+    if (measurement_only.count(key) ||
+        (later_keys.count(key) && v == canonical_value(config_keys().at(key).default_value)))
+      continue;
     text += key + "=" + v + "\n";
   }
   run.id = "r" + short_hash(text);

@@ -394,12 +394,12 @@ EngineResult<float> run_cuda(const CudaInputs& inputs, const EngineConfig& confi
     res.snapshots = Tensor<float>({total, K, V});
     res.snapshot_index = Tensor<int32_t>({total, 3});
     int64_t row = 0;
+    const size_t elem = view.snapshots_bf16 ? 2 : 4;
     for (int64_t b = 0; b < B; ++b)
       for (int64_t h = 0; h < HV; ++h) {
         // Fixed-length batch: chunk_offset[b] = b N.
         const int64_t base = (b * N + b) * HV + h * (N + 1);
         const int64_t count = counts[size_t(b * HV + h)];
-        const size_t elem = view.snapshots_bf16 ? 2 : 4;
         download_floats(res.snapshots.data() + row * K * V,
                         reinterpret_cast<const char*>(view.snapshots) + size_t(base * K * V) * elem,
                         count * K * V, view.snapshots_bf16, "download snapshots");

@@ -7,16 +7,19 @@
 //                      score statistic ‖(e^{Γ−γ}⊙K)ᵀU‖_F
 //   3. scores          per (sequence, value head): update_norm or survival (backward recurrence for p_c);
 //                      then unit scores (summed over the head group under `pair`)
-//   4. selection       dense / random / stride / topk / head_budget / threshold, CUB segmented radix sort
-//                      for the orderings; then the unit mask is expanded to value heads and budgets counted
+//   4. selection       dense / random / stride / topk / head_budget / threshold; orderings by a radix select
+//                      in one block per sequence (head_budget alone) or CUB radix sorts (over the whole
+//                      device for one sequence, else by segment); then the unit mask is expanded to value
+//                      heads and budgets counted
 //   5. recurrence      per (sequence, value head, V tile): the carried state visits selected events only;
 //                      between events it only decays (a scalar accumulated in the exponent); a snapshot is
 //                      written after each event; the carried state at every group start is recorded as
 //                      (snapshot slot, log decay since)
-//   6. outputs         per (group, value head, V tile): start from the group's carried state and run the
+//   6. outputs         per (group, value head[, V tile]): start from the group's carried state and run the
 //                      dense chunk step over the group's chunks (SPEC §6)
-// Everything is fp32 arithmetic on fp32 or bf16 inputs; this is the correct-first version (issue 4);
-// tensor cores and fusion come with issue 5.
+// Two paths: fp32 arithmetic on fp32 or bf16 inputs (any supported shape), and, where Problem::
+// uses_tensor_cores(), the bf16 tensor-core kernels of namespace `tc` below (prepare, recurrence, outputs;
+// the outputs run beside the recurrence).
 #include <cuda_bf16.h>
 #include <cub/cub.cuh>
 
@@ -100,7 +103,7 @@ size_t align_up(size_t x) {
 }
 
 // Bits of a sort key's tie part: enough for t = c * units + u < max_chunks * v_heads (at most 31, checked by
-// forward). The key is the order-preserving score above them, so a sort reads 32 + tie bits, not 64.
+// check_problem). The key is the order-preserving score above them, so a sort reads 32 + tie bits, not 64.
 int key_tie_bits(const Problem& p) {
   const int64_t count = p.max_chunks() * p.v_heads;
   int bits = 1;
@@ -935,15 +938,26 @@ __device__ __forceinline__ void mma(float c[4], const uint32_t a[4], uint32_t b0
       : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
-// A fragment (16 x 16) at (m0, k0) of a row-major [m][k] tile.
-__device__ __forceinline__ void load_a(uint32_t a[4], const bf16* base, int ld, int m0, int k0) {
+// A fragment (16 x 16) at (m0, k0) of a [m][k] tile whose element (r, c) is at base + at(r, c).
+template <class At>
+__device__ __forceinline__ void load_a_at(uint32_t a[4], const bf16* base, At at, int m0, int k0) {
   const int lane = threadIdx.x & 31;
-  ldsm_x4(a, base + (m0 + (lane & 15)) * ld + k0 + (lane >> 4) * 8);
+  ldsm_x4(a, base + at(m0 + (lane & 15), k0 + (lane >> 4) * 8));
 }
-// A fragment (16 x 16) at (m0, k0) of a tile stored transposed, [k][m].
-__device__ __forceinline__ void load_a_t(uint32_t a[4], const bf16* base, int ld, int m0, int k0) {
+// A fragment (16 x 16) at (m0, k0) of a tile stored transposed, [k][m], element (r, c) at base + at(r, c).
+template <class At>
+__device__ __forceinline__ void load_a_t_at(uint32_t a[4], const bf16* base, At at, int m0, int k0) {
   const int lane = threadIdx.x & 31;
-  ldsm_x4_t(a, base + (k0 + (lane & 7) + (lane >> 4) * 8) * ld + m0 + ((lane >> 3) & 1) * 8);
+  ldsm_x4_t(a, base + at(k0 + (lane & 7) + (lane >> 4) * 8, m0 + ((lane >> 3) & 1) * 8));
+}
+// The same from row-major tiles with row stride ld.
+__device__ __forceinline__ void load_a(uint32_t a[4], const bf16* base, int ld, int m0, int k0) {
+  load_a_at(
+      a, base, [ld](int r, int c) { return r * ld + c; }, m0, k0);
+}
+__device__ __forceinline__ void load_a_t(uint32_t a[4], const bf16* base, int ld, int m0, int k0) {
+  load_a_t_at(
+      a, base, [ld](int r, int c) { return r * ld + c; }, m0, k0);
 }
 // B fragments of two n-tiles (k0..k0+15, n0..n0+15) of a [k][n] tile: b[0..1] tile n0, b[2..3] tile n0+8.
 __device__ __forceinline__ void load_b_kn(uint32_t b[4], const bf16* base, int ld, int k0, int n0) {
@@ -1267,7 +1281,7 @@ __global__ void __launch_bounds__(128) prepare_tc_kernel(PrepareArgs a, bf16* u_
 //   Vh = bf16(e^{Γ−γ} ⊙ v̂);  S = e^Γ S + Kᵀ Vh (warp w: its 16 state rows);  Sb = bf16(S), which is also
 //   the snapshot, copied out of shared memory in 16-byte stores.
 // Two barriers per event when events follow one another (Sb written, Vh written); a skipped chunk before an
-// event adds one to rescale Sb. The next NS − 1 selected events' W, K, U, γ are in flight (cp.async, NS
+// event adds two to rescale Sb. The next NS − 1 selected events' W, K, U, γ are in flight (cp.async, NS
 // stages). NS = 3 (125 KB of shared memory) keeps a lone busy chain fed; NS = 2 (89 KB) leaves room on the
 // multiprocessor for an output block (or a second recurrence block) beside it, which pays where every chain
 // is busy (the dense selector).
@@ -1444,7 +1458,7 @@ __global__ void __launch_bounds__(kRecThreads)
 #pragma unroll
         for (int kk = 0; kk < kD / 16; ++kk) {
           uint32_t af[4], bf[4];
-          ldsm_x4(af, cs.w + swz128(vrow + (lane & 15), kk * 16 + (lane >> 4) * 8));
+          load_a_at(af, cs.w, swz128, vrow, kk * 16);
           load_b_kn(bf, sm.sb, kLdT, kk * 16, vcol);
           mma(acc[kk & 3][0], af, bf[0], bf[1]);
           mma(acc[kk & 3][1], af, bf[2], bf[3]);
@@ -1452,8 +1466,8 @@ __global__ void __launch_bounds__(kRecThreads)
         // While the products run: the previous event's snapshot, the copies of the next event not yet in
         // flight.
         flush_snapshot();
-        if (to_fetch <
-            wn) {  // into the buffer after those in flight (the previous event's, for NS - 1 of them)
+        // Into the buffer after those in flight (the previous event's, for NS - 1 of them).
+        if (to_fetch < wn) {
           fetch((buf + 1 + inflight) % NS, w0 + to_fetch);
           ++inflight;
           to_fetch = next_selected(to_fetch + 1);
@@ -1488,7 +1502,7 @@ __global__ void __launch_bounds__(kRecThreads)
 #pragma unroll
         for (int k0 = 0; k0 < kC; k0 += 16) {
           uint32_t af[4], bf[4], bf2[4];
-          ldsm_x4_t(af, cs.k + swz128(k0 + (lane & 7) + (lane >> 4) * 8, warp * 16 + ((lane >> 3) & 1) * 8));
+          load_a_t_at(af, cs.k, swz128, warp * 16, k0);
           load_b_kn(bf, sm.vh, kLdT, k0, 0);
           load_b_kn(bf2, sm.vh, kLdT, k0, 16);
           float(&d)[4][4] = k0 < kC / 2 ? st : st2;
@@ -1762,34 +1776,6 @@ size_t output_smem(const Problem& p) {
   return (K * VT + 2 * C * K + C * VT + C * C + C) * sizeof(float);
 }
 
-template <class In>
-std::string launch_prepare(const Problem& p, const PrepareArgs& args, dim3 grid, cudaStream_t stream) {
-  const size_t smem = prepare_smem(p);
-  SGDN_TRY_CUDA(
-      cudaFuncSetAttribute(prepare_kernel<In>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
-  prepare_kernel<In><<<grid, kThreads, smem, stream>>>(args);
-  SGDN_TRY_LAUNCH("prepare_kernel");
-  return {};
-}
-template <class In>
-std::string launch_recurrence(const Problem& p, const RecurrenceArgs& args, dim3 grid, cudaStream_t stream) {
-  const size_t smem = recurrence_smem(p);
-  SGDN_TRY_CUDA(
-      cudaFuncSetAttribute(recurrence_kernel<In>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
-  recurrence_kernel<In><<<grid, kThreads, smem, stream>>>(args);
-  SGDN_TRY_LAUNCH("recurrence_kernel");
-  return {};
-}
-template <class In, class Out>
-std::string launch_output(const Problem& p, const OutputArgs& args, dim3 grid, cudaStream_t stream) {
-  const size_t smem = output_smem(p);
-  SGDN_TRY_CUDA(
-      cudaFuncSetAttribute(output_kernel<In, Out>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
-  output_kernel<In, Out><<<grid, kThreads, smem, stream>>>(args);
-  SGDN_TRY_LAUNCH("output_kernel");
-  return {};
-}
-
 // The measuring aids below are environment variables holding one digit (SGDN_CUDA_STAGE_TIMING=1,
 // SGDN_CUDA_SERIAL_OUTPUTS=1, SGDN_CUDA_REC_STAGES=2|3); anything else, or unset, reads as -1 (off).
 int measuring_switch(const char* name) {
@@ -1807,15 +1793,19 @@ int recurrence_stages(const Problem& p) {
   if (forced == 2 || forced == 3) return forced;
   return p.selector == SelectorKind::dense ? 2 : 3;
 }
-// Launches a tensor-core kernel with its dynamic shared memory. beside_previous: programmatic dependent
-// launch, the kernel may start while the kernel before it in the stream still runs. Only the output stage
-// asks for it: its blocks wait on the recurrence's progress flags, so each starts as soon as its group's
-// snapshot exists, on the multiprocessors the recurrence leaves free (the recurrence never waits on it, so
-// no launch order can deadlock). SGDN_CUDA_SERIAL_OUTPUTS=1 launches it plainly instead (a measuring aid).
+// Launches `kernel` (named `name` in errors) with its dynamic shared memory. beside_previous: programmatic
+// dependent launch, the kernel may start while the kernel before it in the stream still runs. Only the
+// tensor-core output stage asks for it: its blocks wait on the recurrence's progress flags, so each starts as
+// soon as its group's snapshot exists, on the multiprocessors the recurrence leaves free (the recurrence
+// never waits on it, so no launch order can deadlock). SGDN_CUDA_SERIAL_OUTPUTS=1 launches it plainly instead
+// (a measuring aid).
 template <class... Params, class... Args>
-std::string launch_tc(void (*kernel)(Params...), dim3 grid, int threads, size_t smem, cudaStream_t stream,
-                      bool beside_previous, Args... args) {
-  SGDN_TRY_CUDA(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
+std::string launch_kernel(const char* name, void (*kernel)(Params...), dim3 grid, int threads, size_t smem,
+                          cudaStream_t stream, bool beside_previous, Args... args) {
+  if (cudaError_t status =
+          cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem));
+      status != cudaSuccess)
+    return std::string("CUDA error setting the shared memory of ") + name + ": " + cudaGetErrorString(status);
   cudaLaunchAttribute overlap{};
   overlap.id = cudaLaunchAttributeProgrammaticStreamSerialization;
   overlap.val.programmaticStreamSerializationAllowed = 1;
@@ -1826,8 +1816,24 @@ std::string launch_tc(void (*kernel)(Params...), dim3 grid, int threads, size_t 
   config.stream = stream;
   config.attrs = &overlap;
   config.numAttrs = beside_previous && measuring_switch("SGDN_CUDA_SERIAL_OUTPUTS") != 1 ? 1 : 0;
-  SGDN_TRY_CUDA(cudaLaunchKernelEx(&config, kernel, args...));
+  if (cudaError_t status = cudaLaunchKernelEx(&config, kernel, args...); status != cudaSuccess)
+    return std::string("CUDA error launching ") + name + ": " + cudaGetErrorString(status);
   return {};
+}
+template <class In>
+std::string launch_prepare(const Problem& p, const PrepareArgs& args, dim3 grid, cudaStream_t stream) {
+  return launch_kernel("prepare_kernel", prepare_kernel<In>, grid, kThreads, prepare_smem(p), stream, false,
+                       args);
+}
+template <class In>
+std::string launch_recurrence(const Problem& p, const RecurrenceArgs& args, dim3 grid, cudaStream_t stream) {
+  return launch_kernel("recurrence_kernel", recurrence_kernel<In>, grid, kThreads, recurrence_smem(p), stream,
+                       false, args);
+}
+template <class In, class Out>
+std::string launch_output(const Problem& p, const OutputArgs& args, dim3 grid, cudaStream_t stream) {
+  return launch_kernel("output_kernel", output_kernel<In, Out>, grid, kThreads, output_smem(p), stream, false,
+                       args);
 }
 
 // With SGDN_CUDA_STAGE_TIMING=1 in the environment, forward() records an event after each stage and prints
@@ -2009,8 +2015,8 @@ std::string forward(const Problem& p, const DeviceTensors& t, void* workspace, s
   auto* w_tc = reinterpret_cast<__nv_bfloat16*>(ws.w);
   std::string err;
   if (use_tc)
-    err = launch_tc(tc::prepare_tc_kernel, chunk_grid, 128, tc::prepare_tc_smem(), stream, false, prep, u_tc,
-                    w_tc);
+    err = launch_kernel("prepare_tc_kernel", tc::prepare_tc_kernel, chunk_grid, 128, tc::prepare_tc_smem(),
+                        stream, false, prep, u_tc, w_tc);
   else
     err = bf16 ? launch_prepare<__nv_bfloat16>(p, prep, chunk_grid, stream)
                : launch_prepare<float>(p, prep, chunk_grid, stream);
@@ -2136,16 +2142,15 @@ std::string forward(const Problem& p, const DeviceTensors& t, void* workspace, s
     const dim3 grid{unsigned(S), unsigned(HV), unsigned(tc::kD / tc::kVT)};
     SGDN_TRY_CUDA(cudaMemsetAsync(ws.progress, 0, ws.flags_bytes, stream));
     const int stages = recurrence_stages(p);
-    err = launch_tc(stages == 2 ? tc::recurrence_tc_kernel<2> : tc::recurrence_tc_kernel<3>, grid,
-                    tc::kRecThreads, tc::recurrence_tc_smem(stages), stream, false, rec,
-                    static_cast<const __nv_bfloat16*>(u_tc), static_cast<const __nv_bfloat16*>(w_tc));
-    if (!err.empty()) return err;
+    err = launch_kernel("recurrence_tc_kernel",
+                        stages == 2 ? tc::recurrence_tc_kernel<2> : tc::recurrence_tc_kernel<3>, grid,
+                        tc::kRecThreads, tc::recurrence_tc_smem(stages), stream, false, rec, u_tc, w_tc);
   } else {
     const dim3 rec_grid{unsigned(S), unsigned(HV), unsigned(vtiles)};
     err = bf16 ? launch_recurrence<__nv_bfloat16>(p, rec, rec_grid, stream)
                : launch_recurrence<float>(p, rec, rec_grid, stream);
-    if (!err.empty()) return err;
   }
+  if (!err.empty()) return err;
 
   timer.mark("recurrence");
   // 6. outputs
@@ -2179,9 +2184,9 @@ std::string forward(const Problem& p, const DeviceTensors& t, void* workspace, s
   if (use_tc) {
     const dim3 grid{unsigned(nmax * HV), 1u, 1u};
     const size_t smem = tc::output_tc_smem(p.group > 1);
-    err = launch_tc(out_bf16 ? tc::output_tc_kernel<__nv_bfloat16> : tc::output_tc_kernel<float>, grid, 256,
-                    smem, stream, true, out, static_cast<const __nv_bfloat16*>(u_tc),
-                    static_cast<const __nv_bfloat16*>(w_tc));
+    err = launch_kernel("output_tc_kernel",
+                        out_bf16 ? tc::output_tc_kernel<__nv_bfloat16> : tc::output_tc_kernel<float>, grid,
+                        256, smem, stream, true, out, u_tc, w_tc);
   } else if (bf16)
     err = out_bf16 ? launch_output<__nv_bfloat16, __nv_bfloat16>(p, out, out_grid, stream)
                    : launch_output<__nv_bfloat16, float>(p, out, out_grid, stream);

@@ -201,9 +201,10 @@ def main():
         sys.exit(f"unknown layout(s) {', '.join(sorted(unknown))}; known: {', '.join(l[1] for l in LAYOUTS)}")
     layouts = [l for l in LAYOUTS if chosen is None or l[1] in chosen]
     known = dict(CONFIGS, **EXTRA_CONFIGS)
-    configs = {c: known[c] for c in args.configs.split(",") if c in known} if args.configs else CONFIGS
-    if args.configs and len(configs) != len(args.configs.split(",")):
-        sys.exit(f"unknown configuration in {args.configs}; known: {', '.join(known)}")
+    unknown = set(args.configs.split(",") if args.configs else []) - known.keys()
+    if unknown:
+        sys.exit(f"unknown configuration(s) {', '.join(sorted(unknown))}; known: {', '.join(known)}")
+    configs = {c: known[c] for c in args.configs.split(",")} if args.configs else CONFIGS
     meta["configs"] = configs
     print(f"{'layout':>7} {'config':>15} {'ours ms':>9} {'FLA ms':>8} {'speedup':>7} {'ours MiB':>9} "
           f"{'FLA MiB':>8} {'kept':>5} {'rel vs FLA':>10}", flush=True)

@@ -178,7 +178,6 @@ def chunk_sparse_gdn(q, k, v, g, beta, *, scale=None, initial_state=None, output
     for name in ("k", "v", "beta"):
         _require(tensors[name].dtype == q.dtype, f"{name} has dtype {tensors[name].dtype}, q has {q.dtype}")
     _require(g.dtype == torch.float32, f"g has dtype {g.dtype}; it must be float32")
-    _check_strategy_names(solver, selector, score, granularity)
     device = q.device
     for name, t in tensors.items():
         _require(t.device == device, f"{name} is on {t.device}, q on {device}")
