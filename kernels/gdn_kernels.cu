@@ -1150,16 +1150,17 @@ __global__ void __launch_bounds__(128) prepare_tc_kernel(PrepareArgs a, bf16* u_
       brow[half] = sm.bet[row[half]];
       grow[half] = sm.gam[row[half]];
     }
-    for (int nt = 0; nt < 8; ++nt)
-      for (int c2 = 0; c2 < 2; ++c2) {
-        const int j = nt * 8 + tq * 2 + c2;
-        const float gj = sm.gam[j];
-        for (int half = 0; half < 2; ++half) {
-          const bool kept = j < row[half] && j >= first[half];
-          const float x = kk[nt][2 * half + c2];
-          sm.lm[row[half] * kLdL + j] = kept ? brow[half] * x * __expf(grow[half] - gj) : 0.f;
-        }
+    for (int nt = 0; nt < 8; ++nt) {
+      const int j = nt * 8 + tq * 2;  // columns j, j + 1 in one 8-byte store (each half-warp's fill 32 banks)
+      const float g0 = sm.gam[j], g1 = sm.gam[j + 1];
+      for (int half = 0; half < 2; ++half) {
+        const int i = row[half];
+        const float x0 = kk[nt][2 * half], x1 = kk[nt][2 * half + 1];
+        *reinterpret_cast<float2*>(&sm.lm[i * kLdL + j]) =
+            make_float2(j < i && j >= first[half] ? brow[half] * x0 * __expf(grow[half] - g0) : 0.f,
+                        j + 1 < i && j + 1 >= first[half] ? brow[half] * x1 * __expf(grow[half] - g1) : 0.f);
       }
+    }
   }
   __syncthreads();
   // T = (I + L)^-1 by 16 x 16 blocks (the band is already in L's zeros): the diagonal blocks by forward
@@ -1235,18 +1236,23 @@ __global__ void __launch_bounds__(128) prepare_tc_kernel(PrepareArgs a, bf16* u_
   bf16* u_out = u_out_all + slot * kC * kD;
   bf16* w_out = w_out_all + slot * kC * kD;
   const int m0 = warp * 16;
-  // U = Au V and W = Aw K: warp rows m0.., 128 columns, k = 64.
+  // U = Au V and W = Aw K: warp rows m0.., 128 columns, k = 64. Each product replaces its second operand in
+  // shared memory once every warp is done reading it (U stays there for the statistic); the warp's 16 rows,
+  // 4 KB contiguous in memory, leave from there in 16-byte stores (a fragment's 4-byte stores to global
+  // memory filled half of each 32-byte sector).
   for (int which = 0; which < 2; ++which) {
     const bf16* amat = which == 0 ? au : aw;
-    const bf16* bmat = which == 0 ? vs : sm.k;
+    bf16* bmat = which == 0 ? vs : sm.k;
     bf16* out = which == 0 ? u_out : w_out;
     float acc[16][4] = {};
     warp_tile_mma<8, kC, false, false>(acc, amat, kLdC, m0, bmat, kLd, 0);
-    store_tile_bf16(out, kD, m0, 0, acc);
-    if (which == 0 && a.want_statistic) {
-      // U (bf16) replaces V in shared memory for the statistic; V is no longer needed after this product.
-      __syncthreads();
-      store_tile_bf16(vs, kLd, m0, 0, acc);
+    __syncthreads();
+    store_tile_bf16(bmat, kLd, m0, 0, acc);
+    __syncwarp();
+    for (int e = lane; e < 16 * (kD / 8); e += 32) {
+      const int i = m0 + (e >> 4), part = e & 15;
+      *reinterpret_cast<uint4*>(out + i * kD + part * 8) =
+          *reinterpret_cast<const uint4*>(bmat + i * kLd + part * 8);
     }
   }
   for (int i = threadIdx.x; i < kC; i += blockDim.x) a.gamma[slot * kC + i] = i < len ? sm.gam[i] : 0.f;

@@ -39,5 +39,14 @@ total = sum(num(r[stall]) for r in body) or 1
 print(f"\n{kernel}: {len(body)} SASS lines, {total:.0f} stall samples; top 45 (samples, %, line):")
 for r in sorted(body, key=lambda r: -num(r[stall]))[:45]:
     print(f"{num(r[stall]):8.0f} {100 * num(r[stall]) / total:5.1f}%  {r[0]:>6} {r[src][:90]}")
+# Where the excess memory traffic comes from: the lines with the most excessive sectors / wavefronts.
+for key in ("Sectors Global Excessive", "Wavefronts Shared Excessive"):
+    col = next((i for i, c in enumerate(cols) if key in c), None)
+    if col is None:
+        continue
+    excess = sum(num(r[col]) for r in body) or 1
+    print(f"\n{kernel}: {cols[col]} {excess:.0f}; top 12 lines:")
+    for r in sorted(body, key=lambda r: -num(r[col]))[:12]:
+        print(f"{num(r[col]):10.0f} {100 * num(r[col]) / excess:5.1f}%  {r[0]:>6} {r[src][:90]}")
 PY
 done
