@@ -210,8 +210,17 @@ RunSpec resolve_run(const Settings& settings) {
         r[key] = b ? "true" : "false";
         return b;
       };
+  // A strategy's parameter; one whose registered default is a boolean is a boolean, stored as true / false
+  // like the keys above (so that `skip_own_group = 1` and `= true` are one run).
+  auto take_param = [&](const std::string& section, const ParamSpec& p) {
+    const std::string key = section + "." + p.key;
+    if (p.default_value == "true" || p.default_value == "false")
+      take_bool(key);
+    else
+      take(key);
+  };
   auto take_section_specs = [&](const std::string& section, const std::vector<ParamSpec>& specs) {
-    for (const ParamSpec& p : specs) take(section + "." + p.key);
+    for (const ParamSpec& p : specs) take_param(section, p);
   };
 
   // [workload]: the keys of its kind only.
@@ -285,7 +294,7 @@ RunSpec resolve_run(const Settings& settings) {
     if (settings_without_score) {
       r["selector." + p.key] = p.default_value;
     } else {
-      take("selector." + p.key);
+      take_param("selector", p);
     }
   }
   take("selector.granularity");

@@ -1179,12 +1179,13 @@ __global__ void __launch_bounds__(128) prepare_tc_kernel(PrepareArgs a, bf16* u_
     }
   } else {
     sm.eg[threadIdx.x - kC] = __expf(sm.gam[threadIdx.x - kC]);
-    for (int e = threadIdx.x - kC; e < 6 * 256; e += blockDim.x - kC) {
-      // the six blocks (I, J) with J > I: (0,1) (0,2) (0,3) (1,2) (1,3) (2,3)
-      const int blk = e >> 8, r = (e >> 4) & 15, cc = e & 15;
+    for (int e = threadIdx.x - kC; e < 6 * 64; e += blockDim.x - kC) {
+      // the six blocks (I, J) with J > I: (0,1) (0,2) (0,3) (1,2) (1,3) (2,3), four columns per store
+      const int blk = e >> 6, r = (e >> 2) & 15, cc = (e & 3) * 4;
       const int bi = blk < 3 ? 0 : (blk < 5 ? 1 : 2);
       const int bj = blk < 3 ? blk + 1 : (blk < 5 ? blk - 1 : 3);
-      sm.tm[(bi * 16 + r) * kLdTm + bj * 16 + cc] = 0.f;
+      *reinterpret_cast<float4*>(&sm.tm[(bi * 16 + r) * kLdTm + bj * 16 + cc]) =
+          make_float4(0.f, 0.f, 0.f, 0.f);
     }
   }
   __syncthreads();
@@ -1218,6 +1219,7 @@ __global__ void __launch_bounds__(128) prepare_tc_kernel(PrepareArgs a, bf16* u_
   __syncthreads();
   // Au, Aw over L (no longer needed), two columns per thread and step; then V over T once every thread is
   // done with T.
+#pragma unroll 4
   for (int e = threadIdx.x; e < kC * kC / 2; e += blockDim.x) {
     const int i = e >> 5, j = (e & 31) * 2;
     const float2 t = *reinterpret_cast<const float2*>(&sm.tm[i * kLdTm + j]);
@@ -1587,15 +1589,29 @@ __global__ void __launch_bounds__(256) output_tc_kernel(OutputArgs a, const bf16
   OutSmem& sm = *reinterpret_cast<OutSmem*>(smem_raw);
   float* sf = reinterpret_cast<float*>(smem_raw + sizeof(OutSmem));  // [kD][kD] fp32, only when G > 1
   const bool multi = last - first > 1;
+  const bf16* qp = static_cast<const bf16*>(a.q);
+  const bf16* kp = static_cast<const bf16*>(a.k);
+  Out* op = static_cast<Out*>(a.o);
+  // A chunk's own operands (W, Q, K, γ: written before the recurrence started, or inputs) in one copy group.
+  auto fetch_chunk = [&](int64_t c) {
+    const int64_t t0 = a.seq_start[s] + c * kC;
+    const int len = int(min_i64(kC, a.seq_len[s] - c * kC));
+    const int64_t cslot = (a.chunk_offset[s] + c) * a.HV + hv;
+    copy_rows(sm.w, w_all + cslot * kC * kD, kD, kC);
+    copy_rows(sm.q, qp + (t0 * a.H + h) * kD, int64_t(a.H) * kD, len);
+    copy_rows(sm.k, kp + (t0 * a.H + h) * kD, int64_t(a.H) * kD, len);
+    if (threadIdx.x < kC / 4)
+      cp_async16(sm.gam + threadIdx.x * 4, a.gamma + cslot * kC + threadIdx.x * 4, true);
+    cp_async_commit();
+  };
+  // The first chunk's operands travel while this block waits for the recurrence.
+  fetch_chunk(first);
   if (threadIdx.x == 0) {  // the recurrence has written this group's record and the snapshot it names
     const int32_t* flags = a.progress + (s * a.HV + hv) * (kD / kVT);
     for (int z = 0; z < kD / kVT; ++z)
       while (acquire_progress(flags + z) <= first) __nanosleep(256);
   }
   __syncthreads();
-  const bf16* qp = static_cast<const bf16*>(a.q);
-  const bf16* kp = static_cast<const bf16*>(a.k);
-  Out* op = static_cast<Out*>(a.o);
 
   // The group's carried state: the bf16 snapshot (copied as is) times e^{pending}, a factor that the first
   // chunk applies to W Sb and Q Sb (and that S_loc takes in fp32 when G > 1). What the recurrence writes
@@ -1617,19 +1633,11 @@ __global__ void __launch_bounds__(256) output_tc_kernel(OutputArgs a, const bf16
     }
   }
   for (int64_t c = first; c < last; ++c) {
-    const int64_t id = a.chunk_offset[s] + c;
     const int64_t t0 = a.seq_start[s] + c * kC;
     const int len = int(min_i64(kC, a.seq_len[s] - c * kC));
-    const int64_t cslot = id * a.HV + hv;
-    // Two copy groups: W (with Sb, committed before) for W Sb, then Q, K, γ, which arrive while W Sb runs.
-    // This thread's U values go to registers meanwhile.
-    copy_rows(sm.w, w_all + cslot * kC * kD, kD, kC);
-    cp_async_commit();
-    copy_rows(sm.q, qp + (t0 * a.H + h) * kD, int64_t(a.H) * kD, len);
-    copy_rows(sm.k, kp + (t0 * a.H + h) * kD, int64_t(a.H) * kD, len);
-    if (threadIdx.x < kC / 4)
-      cp_async16(sm.gam + threadIdx.x * 4, a.gamma + cslot * kC + threadIdx.x * 4, true);
-    cp_async_commit();
+    const int64_t cslot = (a.chunk_offset[s] + c) * a.HV + hv;
+    if (c > first) fetch_chunk(c);
+    // This thread's U values go to registers while the copies land.
     uint32_t ureg[8][2];
     {
       const bf16* u = u_all + cslot * kC * kD;
@@ -1638,18 +1646,8 @@ __global__ void __launch_bounds__(256) output_tc_kernel(OutputArgs a, const bf16
           ureg[nt][half] = __ldg(
               reinterpret_cast<const unsigned int*>(u + (wm + gq + half * 8) * kD + wn + nt * 8 + tq * 2));
     }
-    asm volatile("cp.async.wait_group 1;\n" ::: "memory");
-    __syncthreads();
-    // v = U − W Sb (registers), rows wm.., columns wn..wn+63
-    float vacc[8][4] = {};
-    warp_tile_mma<4, kD, false, false>(vacc, sm.w, kLd, wm, sm.sb, kLd, wn);
-    for (int nt = 0; nt < 8; ++nt)
-      for (int half = 0; half < 2; ++half) {
-        const float2 uu = unpack_bf16(ureg[nt][half]);
-        vacc[nt][2 * half] = uu.x - carried * vacc[nt][2 * half];
-        vacc[nt][2 * half + 1] = uu.y - carried * vacc[nt][2 * half + 1];
-      }
-    cp_async_wait_all();
+    // This chunk's operands; the first chunk's snapshot (committed after them) may still travel.
+    cp_async_wait_but(c == first ? 1 : 0);
     __syncthreads();
     // A = Q Kᵀ ⊙ D ⊙ lower_incl: rows wm.., columns 32 (w >> 2)..
     {
@@ -1665,6 +1663,17 @@ __global__ void __launch_bounds__(256) output_tc_kernel(OutputArgs a, const bf16
           *reinterpret_cast<uint32_t*>(sm.am + i * kLdC + j) = pack_bf16(x0, x1);
         }
     }
+    cp_async_wait_all();
+    __syncthreads();  // Sb and A
+    // v = U − W Sb (registers), rows wm.., columns wn..wn+63
+    float vacc[8][4] = {};
+    warp_tile_mma<4, kD, false, false>(vacc, sm.w, kLd, wm, sm.sb, kLd, wn);
+    for (int nt = 0; nt < 8; ++nt)
+      for (int half = 0; half < 2; ++half) {
+        const float2 uu = unpack_bf16(ureg[nt][half]);
+        vacc[nt][2 * half] = uu.x - carried * vacc[nt][2 * half];
+        vacc[nt][2 * half + 1] = uu.y - carried * vacc[nt][2 * half + 1];
+      }
     __syncthreads();  // every warp is done with W
     store_tile_bf16(sm.w, kLd, wm, wn, vacc);
     __syncthreads();

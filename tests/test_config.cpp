@@ -156,6 +156,17 @@ TEST_CASE("run ids do not depend on how a number or boolean is written", "[confi
   CHECK(a.get("dump.states") == "true");
   const auto c = parse_experiment("[selector]\nrho = 0.1\n[dump]\nstates = 1\n", {}).expand().at(0);
   CHECK(c.id == a.id);
+  // A strategy's boolean parameter the same way.
+  const auto survival = [](const std::string& skip) {
+    return parse_experiment("[selector]\nname = topk\nscore = survival\nskip_own_group = " + skip + "\n", {})
+        .expand()
+        .at(0);
+  };
+  CHECK(survival("1").id == survival("true").id);
+  CHECK(survival("on").get("selector.skip_own_group") == "true");
+  CHECK(survival("0").id == survival("false").id);
+  CHECK(survival("0").id != survival("1").id);
+  CHECK_THROWS_WITH(survival("maybe"), Catch::Contains("selector.skip_own_group"));
 }
 
 #ifndef SGDN_WITH_CUDA
