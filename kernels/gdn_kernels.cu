@@ -111,8 +111,14 @@ int key_tie_bits(const Problem& p) {
   return bits;
 }
 
-// Temporary storage for the larger of the two sorts the selection uses: per segment (sequence or unit) and,
-// for one sequence, over the whole device.
+// The selection's sorts of a whole sequence's keys: over the whole device when there is one sequence (a
+// segmented sort gives a segment one block), by segment otherwise. Sorts per unit are always by segment.
+bool whole_device_sort(const Problem& p) {
+  return p.num_seqs == 1;
+}
+
+// Temporary storage for the sorts the selection uses: per segment (sequence or unit) and, for one sequence,
+// over the whole device.
 size_t cub_sort_bytes(const Problem& p) {
   const int64_t items = p.max_chunks() * p.v_heads;
   const int64_t segments = p.num_seqs * p.v_heads;
@@ -121,9 +127,17 @@ size_t cub_sort_bytes(const Problem& p) {
   cub::DeviceSegmentedRadixSort::SortKeysDescending(
       nullptr, segmented, static_cast<const uint64_t*>(nullptr), static_cast<uint64_t*>(nullptr), items,
       segments, static_cast<const int32_t*>(nullptr), static_cast<const int32_t*>(nullptr), 0, end_bit);
-  cub::DeviceRadixSort::SortKeysDescending(nullptr, whole, static_cast<const uint64_t*>(nullptr),
-                                           static_cast<uint64_t*>(nullptr), items, 0, end_bit);
+  if (whole_device_sort(p))
+    cub::DeviceRadixSort::SortKeysDescending(nullptr, whole, static_cast<const uint64_t*>(nullptr),
+                                             static_cast<uint64_t*>(nullptr), items, 0, end_bit);
   return std::max(segmented, whole);
+}
+
+// The tensor-core recurrence's progress flags: [sequence][value head][V tile], `tiles` = V / kTcTile flags
+// per head (one per recurrence block); the output stage waits on its head's.
+__host__ __device__ __forceinline__ int64_t progress_flag_index(int64_t s, int HV, int hv, int64_t tiles,
+                                                                int64_t z) {
+  return (s * HV + hv) * tiles + z;
 }
 
 Workspace carve(const Problem& p, void* base) {
@@ -169,7 +183,7 @@ Workspace carve(const Problem& p, void* base) {
   ws.snapshot_count = static_cast<int32_t*>(take(S * hv * 4));
   ws.group_slot = static_cast<int32_t*>(take(events * 4));
   ws.group_log_decay = static_cast<float*>(take(events * 4));
-  const size_t progress_flags = S * hv * (V / kTcTile);
+  const size_t progress_flags = size_t(progress_flag_index(int64_t(S), int(hv), 0, int64_t(V / kTcTile), 0));
   ws.flags_bytes = (progress_flags + 1) * 4;
   ws.progress = static_cast<int32_t*>(take(ws.flags_bytes));
   ws.blocks_done = ws.progress ? ws.progress + progress_flags : nullptr;
@@ -1339,7 +1353,7 @@ __global__ void __launch_bounds__(kRecThreads)
   // Every block of this grid is resident once all have passed here: the output stage may launch beside it
   // (its blocks wait on `progress`, never the other way round, so no block can starve this grid).
   asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
-  int32_t* progress = a.progress + (s * a.HV + hv) * gridDim.z + blockIdx.z;
+  int32_t* progress = a.progress + progress_flag_index(s, a.HV, hv, gridDim.z, blockIdx.z);
   int64_t published = 0;
   // Chunks [0, upto) have their group records (written by block z = 0) and the snapshots those name (each
   // block its columns) in memory. Called after a barrier that follows the stores.
@@ -1607,7 +1621,7 @@ __global__ void __launch_bounds__(256) output_tc_kernel(OutputArgs a, const bf16
   // The first chunk's operands travel while this block waits for the recurrence.
   fetch_chunk(first);
   if (threadIdx.x == 0) {  // the recurrence has written this group's record and the snapshot it names
-    const int32_t* flags = a.progress + (s * a.HV + hv) * (kD / kVT);
+    const int32_t* flags = a.progress + progress_flag_index(s, a.HV, hv, kD / kVT, 0);
     for (int z = 0; z < kD / kVT; ++z)
       while (acquire_progress(flags + z) <= first) __nanosleep(256);
   }
@@ -2047,19 +2061,18 @@ std::string forward(const Problem& p, const DeviceTensors& t, void* workspace, s
   timer.mark("scores");
   // 4. selection
   const int tie_bits = key_tie_bits(p);
-  // One sequence and one segment: a sort over the whole device (a segmented sort gives each segment one
-  // block). It sorts ceil(total / C) * units keys; those past the sequence's own (a cu_seqlens shorter than
-  // the batch) are zeros and sort last.
-  const bool whole_device_sort = S == 1;
+  // A whole-device sort (one sequence) sorts ceil(total / C) * units keys; those past the sequence's own (a
+  // cu_seqlens shorter than the batch) are zeros and sort last.
+  const bool whole_sort = whole_device_sort(p);
   const int64_t whole_items = (p.total_tokens + p.chunk - 1) / p.chunk * units;
   auto sort_keys = [&](bool per_unit) -> std::string {
-    if (whole_device_sort && !per_unit)
+    if (whole_sort && !per_unit)
       SGDN_TRY_CUDA(cudaMemsetAsync(ws.keys_in, 0, size_t(whole_items) * sizeof(uint64_t), stream));
     build_keys_kernel<<<unsigned(S), kThreads, 0, stream>>>(
         ws.chunk_offset, HV, units, tie_bits, ws.unit_score, per_unit, ws.keys_in, ws.seg_begin, ws.seg_end);
     SGDN_TRY_LAUNCH("build_keys_kernel");
     size_t temp = ws.cub_temp_bytes;
-    if (whole_device_sort && !per_unit) {
+    if (whole_sort && !per_unit) {
       SGDN_TRY_CUDA(cub::DeviceRadixSort::SortKeysDescending(ws.cub_temp, temp, ws.keys_in, ws.keys_out,
                                                              whole_items, 0, 32 + tie_bits, stream));
     } else {
