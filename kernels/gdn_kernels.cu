@@ -61,6 +61,27 @@ __device__ __forceinline__ __nv_bfloat16 from_float<__nv_bfloat16>(float x) {
 }
 
 // ---------------------------------------------------------------------------------------------------------
+// What a pre-pass block (per chunk) and an output block (per output group) need before their first copy, in
+// one 16- or 32-byte load instead of a chain of dependent loads (sequence, its offsets, then addresses).
+// Entries past the last sequence's have s = -1.
+struct alignas(16) ChunkInfo {
+  int32_t s, c, t0, len;  // sequence, chunk within it, first token, tokens
+};
+struct alignas(16) GroupInfo {
+  int32_t s, first, n, chunk0;  // sequence, its first chunk in this group, its chunks, its first chunk's id
+  int32_t seq_start, seq_len, unused0, unused1;
+};
+__device__ __forceinline__ ChunkInfo load_chunk_info(const ChunkInfo* table, int64_t id) {
+  const int4 x = *reinterpret_cast<const int4*>(table + id);
+  return {x.x, x.y, x.z, x.w};
+}
+__device__ __forceinline__ GroupInfo load_group_info(const GroupInfo* table, int64_t gid) {
+  const int4 x = reinterpret_cast<const int4*>(table + gid)[0],
+             y = reinterpret_cast<const int4*>(table + gid)[1];
+  return {x.x, x.y, x.z, x.w, y.x, y.y, 0, 0};
+}
+
+// ---------------------------------------------------------------------------------------------------------
 // Workspace layout: one function carves it for both the size query and the run.
 struct Workspace {
   int32_t* seq_start;     // [S]
@@ -68,8 +89,8 @@ struct Workspace {
   int32_t* chunk_offset;  // [S + 1]
   int32_t* group_offset;  // [S + 1]
   int32_t* cu_default;    // [2] when cu_seqlens is null
-  int32_t* chunk_seq;     // [Nmax]
-  int32_t* group_seq;     // [Nmax]
+  ChunkInfo* chunk_info;  // [Nmax]
+  GroupInfo* group_info;  // [Nmax]
   float* gamma;           // [Nmax, HV, C]
   float* u;               // [Nmax, HV, C, V]
   float* w;               // [Nmax, HV, C, K]
@@ -158,8 +179,8 @@ Workspace carve(const Problem& p, void* base) {
   ws.chunk_offset = static_cast<int32_t*>(take((S + 1) * 4));
   ws.group_offset = static_cast<int32_t*>(take((S + 1) * 4));
   ws.cu_default = static_cast<int32_t*>(take(2 * 4));
-  ws.chunk_seq = static_cast<int32_t*>(take(nmax * 4));
-  ws.group_seq = static_cast<int32_t*>(take(nmax * 4));
+  ws.chunk_info = static_cast<ChunkInfo*>(take(nmax * sizeof(ChunkInfo)));
+  ws.group_info = static_cast<GroupInfo*>(take(nmax * sizeof(GroupInfo)));
   ws.gamma = static_cast<float*>(take(events * C * 4));
   const size_t uw_elem = p.uses_tensor_cores() ? 2 : 4;  // bf16 U/W on the tensor-core path
   ws.u = static_cast<float*>(take(events * C * V * uw_elem));
@@ -224,13 +245,22 @@ __global__ void sequence_table_kernel(const int32_t* cu_seqlens, int64_t num_seq
   group_offset[num_seqs] = int32_t(groups);
 }
 
-__global__ void chunk_owner_kernel(const int32_t* chunk_offset, const int32_t* group_offset,
-                                   int32_t* chunk_seq, int32_t* group_seq) {
+// One block per sequence, and one more for the entries no sequence owns.
+__global__ void chunk_info_kernel(const int32_t* seq_start, const int32_t* seq_len,
+                                  const int32_t* chunk_offset, const int32_t* group_offset, int64_t num_seqs,
+                                  int64_t nmax, int chunk, int group, ChunkInfo* chunks, GroupInfo* groups) {
   const int64_t s = blockIdx.x;
-  for (int32_t c = chunk_offset[s] + threadIdx.x; c < chunk_offset[s + 1]; c += blockDim.x)
-    chunk_seq[c] = int32_t(s);
+  if (s == num_seqs) {
+    for (int64_t c = chunk_offset[s] + threadIdx.x; c < nmax; c += blockDim.x) chunks[c] = {-1, 0, 0, 0};
+    for (int64_t j = group_offset[s] + threadIdx.x; j < nmax; j += blockDim.x)
+      groups[j] = {-1, 0, 0, 0, 0, 0, 0, 0};
+    return;
+  }
+  const int32_t c0 = chunk_offset[s], n = chunk_offset[s + 1] - c0, start = seq_start[s], len = seq_len[s];
+  for (int32_t c = threadIdx.x; c < n; c += blockDim.x)
+    chunks[c0 + c] = {int32_t(s), c, start + c * chunk, min(chunk, len - c * chunk)};
   for (int32_t j = group_offset[s] + threadIdx.x; j < group_offset[s + 1]; j += blockDim.x)
-    group_seq[j] = int32_t(s);
+    groups[j] = {int32_t(s), (j - group_offset[s]) * group, n, c0, start, len, 0, 0};
 }
 
 __global__ void default_cu_seqlens_kernel(int32_t* cu, int64_t total) {
@@ -252,11 +282,8 @@ struct PrepareArgs {
   const void* v;
   const float* g;
   const void* beta;
-  const int32_t* seq_start;
-  const int32_t* seq_len;
   const int32_t* chunk_offset;
-  const int32_t* chunk_seq;
-  int64_t num_seqs;
+  const ChunkInfo* chunk_info;
   int H, HV, K, V, C;
   int block, band;  // band < 0: exact
   bool want_statistic;
@@ -271,12 +298,11 @@ template <class In>
 __global__ void __launch_bounds__(kThreads) prepare_kernel(PrepareArgs a) {
   const int64_t id = blockIdx.x;
   const int hv = blockIdx.y;
-  if (id >= a.chunk_offset[a.num_seqs]) return;
-  const int64_t s = a.chunk_seq[id];
-  const int64_t c = id - a.chunk_offset[s];
+  const ChunkInfo ci = load_chunk_info(a.chunk_info, id);
+  if (ci.s < 0) return;
+  const int64_t s = ci.s, c = ci.c, t0 = ci.t0;
+  const int len = ci.len;
   const int C = a.C, K = a.K, V = a.V, R = V + K;
-  const int64_t t0 = a.seq_start[s] + c * C;
-  const int len = int(min_i64(C, a.seq_len[s] - c * C));
   const int h = hv / (a.HV / a.H);
 
   extern __shared__ float smem[];
@@ -800,11 +826,7 @@ __global__ void __launch_bounds__(kThreads) recurrence_kernel(RecurrenceArgs a) 
 struct OutputArgs {
   const void* q;
   const void* k;
-  const int32_t* seq_start;
-  const int32_t* seq_len;
-  const int32_t* chunk_offset;
-  const int32_t* group_offset;
-  const int32_t* group_seq;
+  const GroupInfo* group_info;
   const float* gamma;
   const float* u;
   const float* w;
@@ -813,7 +835,6 @@ struct OutputArgs {
   const float* group_log_decay;
   const int32_t* progress;  // the recurrence's progress (tensor-core path)
   int32_t* blocks_done;     // output blocks finished (tensor-core path)
-  int64_t num_seqs;
   int H, HV, K, V, C, G, VT;
   float scale;
   void* o;
@@ -824,14 +845,13 @@ __global__ void __launch_bounds__(kThreads) output_kernel(OutputArgs a) {
   const int64_t gid = blockIdx.x;
   const int hv = blockIdx.y;
   const int col0 = blockIdx.z * a.VT;
-  if (gid >= a.group_offset[a.num_seqs]) return;
+  const GroupInfo gi = load_group_info(a.group_info, gid);
+  if (gi.s < 0) return;
   const int K = a.K, V = a.V, C = a.C, VT = a.VT;
   const int h = hv / (a.HV / a.H);
-  const int64_t s = a.group_seq[gid];
-  const int64_t n = a.chunk_offset[s + 1] - a.chunk_offset[s];
-  const int64_t first = (gid - a.group_offset[s]) * a.G;
+  const int64_t s = gi.s, n = gi.n, first = gi.first;
   const int64_t last = min_i64(n, first + a.G);
-  const int64_t slot_base = (int64_t(a.chunk_offset[s]) + s) * a.HV + int64_t(hv) * (n + 1);
+  const int64_t slot_base = (int64_t(gi.chunk0) + s) * a.HV + int64_t(hv) * (n + 1);
 
   extern __shared__ float smem[];
   float* state = smem;         // [K][VT]
@@ -852,10 +872,9 @@ __global__ void __launch_bounds__(kThreads) output_kernel(OutputArgs a) {
   const In* kp = static_cast<const In*>(a.k);
   Out* op = static_cast<Out*>(a.o);
   for (int64_t c = first; c < last; ++c) {
-    const int64_t id = a.chunk_offset[s] + c;
-    const int64_t t0 = a.seq_start[s] + c * C;
-    const int len = int(min_i64(C, a.seq_len[s] - c * C));
-    const int64_t cslot = id * a.HV + hv;
+    const int64_t t0 = gi.seq_start + c * C;
+    const int len = int(min_i64(C, gi.seq_len - c * C));
+    const int64_t cslot = (gi.chunk0 + c) * a.HV + hv;
     const float* u = a.u + cslot * C * V;
     const float* w = a.w + cslot * C * K;
     for (int e = threadIdx.x; e < C * K; e += blockDim.x) {
@@ -1111,11 +1130,10 @@ static_assert(4 * (sizeof(PrepSmem) + 1024) <= 228 * 1024, "prepare: four blocks
 __global__ void __launch_bounds__(128) prepare_tc_kernel(PrepareArgs a, bf16* u_out_all, bf16* w_out_all) {
   const int64_t id = blockIdx.x;
   const int hv = blockIdx.y;
-  if (id >= a.chunk_offset[a.num_seqs]) return;
-  const int64_t s = a.chunk_seq[id];
-  const int64_t c = id - a.chunk_offset[s];
-  const int64_t t0 = a.seq_start[s] + c * kC;
-  const int len = int(min_i64(kC, a.seq_len[s] - c * kC));
+  const ChunkInfo ci = load_chunk_info(a.chunk_info, id);
+  if (ci.s < 0) return;
+  const int64_t s = ci.s, c = ci.c, t0 = ci.t0;
+  const int len = ci.len;
   const int h = hv / (a.HV / a.H);
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, gq = lane >> 2, tq = lane & 3;
   extern __shared__ __align__(16) unsigned char smem_raw[];
@@ -1589,16 +1607,15 @@ __global__ void __launch_bounds__(256) output_tc_kernel(OutputArgs a, const bf16
   // scheduler hands out while the recurrence runs are the ones its progress reaches first.
   const int64_t gid = blockIdx.x / a.HV;
   const int hv = int(blockIdx.x % a.HV);
-  if (gid >= a.group_offset[a.num_seqs]) return finish_output_block(a.blocks_done);
+  const GroupInfo gi = load_group_info(a.group_info, gid);
+  if (gi.s < 0) return finish_output_block(a.blocks_done);
   const int V = kD;
   const int h = hv / (a.HV / a.H);
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, gq = lane >> 2, tq = lane & 3;
   const int wm = (warp & 3) * 16, wn = (warp >> 2) * 64;
-  const int64_t s = a.group_seq[gid];
-  const int64_t n = a.chunk_offset[s + 1] - a.chunk_offset[s];
-  const int64_t first = (gid - a.group_offset[s]) * a.G;
+  const int64_t s = gi.s, n = gi.n, first = gi.first;
   const int64_t last = min_i64(n, first + a.G);
-  const int64_t slot_base = (int64_t(a.chunk_offset[s]) + s) * a.HV + int64_t(hv) * (n + 1);
+  const int64_t slot_base = (int64_t(gi.chunk0) + s) * a.HV + int64_t(hv) * (n + 1);
   extern __shared__ __align__(16) unsigned char smem_raw[];
   OutSmem& sm = *reinterpret_cast<OutSmem*>(smem_raw);
   float* sf = reinterpret_cast<float*>(smem_raw + sizeof(OutSmem));  // [kD][kD] fp32, only when G > 1
@@ -1608,9 +1625,9 @@ __global__ void __launch_bounds__(256) output_tc_kernel(OutputArgs a, const bf16
   Out* op = static_cast<Out*>(a.o);
   // A chunk's own operands (W, Q, K, γ: written before the recurrence started, or inputs) in one copy group.
   auto fetch_chunk = [&](int64_t c) {
-    const int64_t t0 = a.seq_start[s] + c * kC;
-    const int len = int(min_i64(kC, a.seq_len[s] - c * kC));
-    const int64_t cslot = (a.chunk_offset[s] + c) * a.HV + hv;
+    const int64_t t0 = gi.seq_start + c * kC;
+    const int len = int(min_i64(kC, gi.seq_len - c * kC));
+    const int64_t cslot = (gi.chunk0 + c) * a.HV + hv;
     copy_rows(sm.w, w_all + cslot * kC * kD, kD, kC);
     copy_rows(sm.q, qp + (t0 * a.H + h) * kD, int64_t(a.H) * kD, len);
     copy_rows(sm.k, kp + (t0 * a.H + h) * kD, int64_t(a.H) * kD, len);
@@ -1647,9 +1664,9 @@ __global__ void __launch_bounds__(256) output_tc_kernel(OutputArgs a, const bf16
     }
   }
   for (int64_t c = first; c < last; ++c) {
-    const int64_t t0 = a.seq_start[s] + c * kC;
-    const int len = int(min_i64(kC, a.seq_len[s] - c * kC));
-    const int64_t cslot = (a.chunk_offset[s] + c) * a.HV + hv;
+    const int64_t t0 = gi.seq_start + c * kC;
+    const int len = int(min_i64(kC, gi.seq_len - c * kC));
+    const int64_t cslot = (gi.chunk0 + c) * a.HV + hv;
     if (c > first) fetch_chunk(c);
     // This thread's U values go to registers while the copies land.
     uint32_t ureg[8][2];
@@ -2009,9 +2026,10 @@ std::string forward(const Problem& p, const DeviceTensors& t, void* workspace, s
   sequence_table_kernel<<<1, 1, 0, stream>>>(cu, S, p.total_tokens, p.chunk, p.group, ws.seq_start,
                                              ws.seq_len, ws.chunk_offset, ws.group_offset);
   SGDN_TRY_LAUNCH("sequence_table_kernel");
-  chunk_owner_kernel<<<unsigned(S), kThreads, 0, stream>>>(ws.chunk_offset, ws.group_offset, ws.chunk_seq,
-                                                           ws.group_seq);
-  SGDN_TRY_LAUNCH("chunk_owner_kernel");
+  chunk_info_kernel<<<unsigned(S + 1), kThreads, 0, stream>>>(ws.seq_start, ws.seq_len, ws.chunk_offset,
+                                                              ws.group_offset, S, nmax, p.chunk, p.group,
+                                                              ws.chunk_info, ws.group_info);
+  SGDN_TRY_LAUNCH("chunk_info_kernel");
   SGDN_TRY_CUDA(cudaMemsetAsync(ws.unit_mask, 0, size_t(nmax) * HV, stream));
 
   timer.mark("table");
@@ -2020,11 +2038,8 @@ std::string forward(const Problem& p, const DeviceTensors& t, void* workspace, s
                    t.v,
                    t.g,
                    t.beta,
-                   ws.seq_start,
-                   ws.seq_len,
                    ws.chunk_offset,
-                   ws.chunk_seq,
-                   S,
+                   ws.chunk_info,
                    p.qk_heads,
                    HV,
                    p.key_dim,
@@ -2184,11 +2199,7 @@ std::string forward(const Problem& p, const DeviceTensors& t, void* workspace, s
   // 6. outputs
   OutputArgs out{t.q,
                  t.k,
-                 ws.seq_start,
-                 ws.seq_len,
-                 ws.chunk_offset,
-                 ws.group_offset,
-                 ws.group_seq,
+                 ws.group_info,
                  ws.gamma,
                  ws.u,
                  ws.w,
@@ -2197,7 +2208,6 @@ std::string forward(const Problem& p, const DeviceTensors& t, void* workspace, s
                  ws.group_log_decay,
                  ws.progress,
                  ws.blocks_done,
-                 S,
                  p.qk_heads,
                  HV,
                  p.key_dim,
