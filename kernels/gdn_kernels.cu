@@ -80,6 +80,16 @@ __device__ __forceinline__ GroupInfo load_group_info(const GroupInfo* table, int
              y = reinterpret_cast<const int4*>(table + gid)[1];
   return {x.x, x.y, x.z, x.w, y.x, y.y, 0, 0};
 }
+// Chunk c (within its sequence) of an output group: its first token, its tokens (at most C), and its slot in
+// the per-(chunk, value head) arrays (γ, U, W) for value head hv.
+struct ChunkPlace {
+  int64_t t0;
+  int len;
+  int64_t cslot;
+};
+__device__ __forceinline__ ChunkPlace chunk_place(const GroupInfo& gi, int64_t c, int C, int HV, int hv) {
+  return {gi.seq_start + c * C, int(min_i64(C, gi.seq_len - c * C)), (gi.chunk0 + c) * HV + hv};
+}
 
 // ---------------------------------------------------------------------------------------------------------
 // Workspace layout: one function carves it for both the size query and the run.
@@ -872,9 +882,7 @@ __global__ void __launch_bounds__(kThreads) output_kernel(OutputArgs a) {
   const In* kp = static_cast<const In*>(a.k);
   Out* op = static_cast<Out*>(a.o);
   for (int64_t c = first; c < last; ++c) {
-    const int64_t t0 = gi.seq_start + c * C;
-    const int len = int(min_i64(C, gi.seq_len - c * C));
-    const int64_t cslot = (gi.chunk0 + c) * a.HV + hv;
+    const auto [t0, len, cslot] = chunk_place(gi, c, C, a.HV, hv);
     const float* u = a.u + cslot * C * V;
     const float* w = a.w + cslot * C * K;
     for (int e = threadIdx.x; e < C * K; e += blockDim.x) {
@@ -1625,9 +1633,7 @@ __global__ void __launch_bounds__(256) output_tc_kernel(OutputArgs a, const bf16
   Out* op = static_cast<Out*>(a.o);
   // A chunk's own operands (W, Q, K, γ: written before the recurrence started, or inputs) in one copy group.
   auto fetch_chunk = [&](int64_t c) {
-    const int64_t t0 = gi.seq_start + c * kC;
-    const int len = int(min_i64(kC, gi.seq_len - c * kC));
-    const int64_t cslot = (gi.chunk0 + c) * a.HV + hv;
+    const auto [t0, len, cslot] = chunk_place(gi, c, kC, a.HV, hv);
     copy_rows(sm.w, w_all + cslot * kC * kD, kD, kC);
     copy_rows(sm.q, qp + (t0 * a.H + h) * kD, int64_t(a.H) * kD, len);
     copy_rows(sm.k, kp + (t0 * a.H + h) * kD, int64_t(a.H) * kD, len);
@@ -1664,9 +1670,7 @@ __global__ void __launch_bounds__(256) output_tc_kernel(OutputArgs a, const bf16
     }
   }
   for (int64_t c = first; c < last; ++c) {
-    const int64_t t0 = gi.seq_start + c * kC;
-    const int len = int(min_i64(kC, gi.seq_len - c * kC));
-    const int64_t cslot = (gi.chunk0 + c) * a.HV + hv;
+    const auto [t0, len, cslot] = chunk_place(gi, c, kC, a.HV, hv);
     if (c > first) fetch_chunk(c);
     // This thread's U values go to registers while the copies land.
     uint32_t ureg[8][2];
