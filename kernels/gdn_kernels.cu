@@ -1071,6 +1071,11 @@ __device__ __forceinline__ void cp_async_wait_but(int pending) {
   else
     cp_async_wait_all();
 }
+// The same for a pending count known at compile time.
+template <int Pending>
+__device__ __forceinline__ void cp_async_wait_group() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(Pending) : "memory");
+}
 
 // rows x 128 bf16 from global rows (row stride `gstride` elements) into a [rows][kLd] tile; rows >= len
 // become zeros. Every thread of the block takes part.
@@ -1588,15 +1593,20 @@ __global__ void __launch_bounds__(kRecThreads)
   if (blockIdx.z == 0 && threadIdx.x == 0) a.snapshot_count[s * a.HV + hv] = int32_t(slot + 1);
 }
 
-// ---- outputs: per (group, value head), 256 threads, all 128 V columns. Per chunk of the group:
-//   Sb = bf16(S_loc);  v = U − W Sb;  A = Q Kᵀ ⊙ D ⊙ lower_incl;  O = scale (e^γ ⊙ (Q Sb) + A v).
+// ---- outputs: per (group, value head), 256 threads, all 128 V columns. Per chunk of the group, with S its
+// start state (S_loc; the first chunk's is the snapshot times e^{pending}):
+//   O = scale (e^γ ⊙ (Q S) + A (U − W S)) = scale (Q̃ S + A U),   A = Q Kᵀ ⊙ D ⊙ lower_incl,  Q̃ = e^γ ⊙ Q − A
+//   W,
+// so that A, Q̃ and P = A U are computed from the chunk's own operands while the block waits for the
+// recurrence, and only Q̃ S is left once the state arrives (one product instead of W S, Q S and A v).
 // Warp w: rows 16 (w & 3).., columns 64 (w >> 2)..  With G > 1 the fp32 S_loc is kept in shared memory and
-// updated by S_loc = e^Γ S_loc + Kᵀ (e^{Γ−γ} ⊙ v) (warp w: rows 16w.., all 128 columns).
+// updated by S_loc = e^Γ S_loc + Kᵀ (e^{Γ−γ} ⊙ (U − W S)) (warp w: rows 16w.., all 128 columns).
 struct OutSmem {
   bf16 sb[kD * kLd];
-  bf16 q[kC * kLd];
+  bf16 q[kC * kLd];  // Q, then Q̃ once A is done, then O (bf16) on its way out
   bf16 k[kC * kLd];
-  bf16 w[kC * kLd];  // W, then v (bf16) once W Sb is done
+  bf16 w[kC * kLd];  // W, then e^{Γ−γ} ⊙ (U − W S) for the in-group update (G > 1)
+  bf16 u[kC * kLd];
   bf16 am[kC * kLdC];
   float gam[kC];
 };
@@ -1631,14 +1641,17 @@ __global__ void __launch_bounds__(256) output_tc_kernel(OutputArgs a, const bf16
   const bf16* qp = static_cast<const bf16*>(a.q);
   const bf16* kp = static_cast<const bf16*>(a.k);
   Out* op = static_cast<Out*>(a.o);
-  // A chunk's own operands (W, Q, K, γ: written before the recurrence started, or inputs) in one copy group.
+  // A chunk's own operands (inputs, or written before the recurrence started) in two copy groups: what A
+  // needs (Q, K, γ), then W and U.
   auto fetch_chunk = [&](int64_t c) {
     const auto [t0, len, cslot] = chunk_place(gi, c, kC, a.HV, hv);
-    copy_rows(sm.w, w_all + cslot * kC * kD, kD, kC);
     copy_rows(sm.q, qp + (t0 * a.H + h) * kD, int64_t(a.H) * kD, len);
     copy_rows(sm.k, kp + (t0 * a.H + h) * kD, int64_t(a.H) * kD, len);
     if (threadIdx.x < kC / 4)
       cp_async16(sm.gam + threadIdx.x * 4, a.gamma + cslot * kC + threadIdx.x * 4, true);
+    cp_async_commit();
+    copy_rows(sm.w, w_all + cslot * kC * kD, kD, kC);
+    copy_rows(sm.u, u_all + cslot * kC * kD, kD, kC);
     cp_async_commit();
   };
   // The first chunk's operands travel while this block waits for the recurrence.
@@ -1651,9 +1664,9 @@ __global__ void __launch_bounds__(256) output_tc_kernel(OutputArgs a, const bf16
   __syncthreads();
 
   // The group's carried state: the bf16 snapshot (copied as is) times e^{pending}, a factor that the first
-  // chunk applies to W Sb and Q Sb (and that S_loc takes in fp32 when G > 1). What the recurrence writes
-  // while this grid runs is read through L2 (ld.cg, cp.async.cg), never from a multiprocessor's L1, which
-  // another block may have filled before the write.
+  // chunk applies to Q̃ (and that S_loc takes in fp32 when G > 1). What the recurrence writes while this
+  // grid runs is read through L2 (ld.cg, cp.async.cg), never from a multiprocessor's L1, which another block
+  // may have filled before the write.
   const int32_t start_slot = __ldcg(a.group_slot + gid * a.HV + hv);
   float carried = __expf(__ldcg(a.group_log_decay + gid * a.HV + hv));
   copy_rows(sm.sb, reinterpret_cast<const bf16*>(a.snapshots) + (slot_base + start_slot) * kD * V, kD, kD,
@@ -1672,17 +1685,11 @@ __global__ void __launch_bounds__(256) output_tc_kernel(OutputArgs a, const bf16
   for (int64_t c = first; c < last; ++c) {
     const auto [t0, len, cslot] = chunk_place(gi, c, kC, a.HV, hv);
     if (c > first) fetch_chunk(c);
-    // This thread's U values go to registers while the copies land.
-    uint32_t ureg[8][2];
-    {
-      const bf16* u = u_all + cslot * kC * kD;
-      for (int nt = 0; nt < 8; ++nt)
-        for (int half = 0; half < 2; ++half)
-          ureg[nt][half] = __ldg(
-              reinterpret_cast<const unsigned int*>(u + (wm + gq + half * 8) * kD + wn + nt * 8 + tq * 2));
-    }
-    // This chunk's operands; the first chunk's snapshot (committed after them) may still travel.
-    cp_async_wait_but(c == first ? 1 : 0);
+    // Q, K, γ of this chunk; W, U and the first chunk's snapshot (committed after them) may still travel.
+    if (c == first)
+      cp_async_wait_group<2>();
+    else
+      cp_async_wait_group<1>();
     __syncthreads();
     // A = Q Kᵀ ⊙ D ⊙ lower_incl: rows wm.., columns 32 (w >> 2)..
     {
@@ -1698,86 +1705,94 @@ __global__ void __launch_bounds__(256) output_tc_kernel(OutputArgs a, const bf16
           *reinterpret_cast<uint32_t*>(sm.am + i * kLdC + j) = pack_bf16(x0, x1);
         }
     }
-    cp_async_wait_all();
-    __syncthreads();  // Sb and A
-    // v = U − W Sb (registers), rows wm.., columns wn..wn+63
-    float vacc[8][4] = {};
-    warp_tile_mma<4, kD, false, false>(vacc, sm.w, kLd, wm, sm.sb, kLd, wn);
-    for (int nt = 0; nt < 8; ++nt)
-      for (int half = 0; half < 2; ++half) {
-        const float2 uu = unpack_bf16(ureg[nt][half]);
-        vacc[nt][2 * half] = uu.x - carried * vacc[nt][2 * half];
-        vacc[nt][2 * half + 1] = uu.y - carried * vacc[nt][2 * half + 1];
-      }
-    __syncthreads();  // every warp is done with W
-    store_tile_bf16(sm.w, kLd, wm, wn, vacc);
-    __syncthreads();
-    // O = scale (e^γ ⊙ (Q Sb) + A v)
+    if (c == first)
+      cp_async_wait_group<1>();
+    else
+      cp_async_wait_group<0>();
+    __syncthreads();  // A, W and U; every warp is done reading Q
+    // P = A U (kept in fp32 registers) and Q̃ = carried (e^γ ⊙ Q − A W), written over this warp's own tile of
+    // Q.
+    float acc[8][4] = {};
+    warp_tile_mma<4, kC, false, false>(acc, sm.am, kLdC, wm, sm.u, kLd, wn);
     {
-      float acc[8][4] = {};
-      warp_tile_mma<4, kD, false, false>(acc, sm.q, kLd, wm, sm.sb, kLd, wn);
-      const float e0 = carried * __expf(sm.gam[wm + gq]), e1 = carried * __expf(sm.gam[wm + gq + 8]);
-      for (int nt = 0; nt < 8; ++nt) {
-        acc[nt][0] *= e0;
-        acc[nt][1] *= e0;
-        acc[nt][2] *= e1;
-        acc[nt][3] *= e1;
-      }
-      warp_tile_mma<4, kC, false, false>(acc, sm.am, kLdC, wm, sm.w, kLd, wn);
-      for (int nt = 0; nt < 8; ++nt)
-        for (int r = 0; r < 4; ++r) acc[nt][r] *= a.scale;
-      if constexpr (std::is_same_v<Out, bf16>) {
-        // Through shared memory (Q's tile, no longer read) so that each row leaves in 16-byte stores.
-        __syncthreads();
-        store_tile_bf16(sm.q, kLd, wm, wn, acc);
-        __syncthreads();
-        for (int e = threadIdx.x; e < len * (kD / 8); e += blockDim.x) {
-          const int i = e >> 4, part = e & 15;
-          *reinterpret_cast<uint4*>(op + ((t0 + i) * a.HV + hv) * V + part * 8) =
-              *reinterpret_cast<const uint4*>(sm.q + i * kLd + part * 8);
+      float aw[8][4] = {};
+      warp_tile_mma<4, kC, false, false>(aw, sm.am, kLdC, wm, sm.w, kLd, wn);
+      for (int half = 0; half < 2; ++half) {
+        const int i = wm + gq + half * 8;
+        const float e = __expf(sm.gam[i]);
+        for (int nt = 0; nt < 8; ++nt) {
+          uint32_t* qv = reinterpret_cast<uint32_t*>(sm.q + i * kLd + wn + nt * 8 + tq * 2);
+          const float2 x = unpack_bf16(*qv);
+          *qv = pack_bf16(carried * (e * x.x - aw[nt][2 * half]), carried * (e * x.y - aw[nt][2 * half + 1]));
         }
-      } else {
-        for (int nt = 0; nt < 8; ++nt)
-          for (int half = 0; half < 2; ++half) {
-            const int i = wm + gq + half * 8, col = wn + nt * 8 + tq * 2;
-            if (i < len)
-              *reinterpret_cast<float2*>(op + ((t0 + i) * a.HV + hv) * V + col) =
-                  make_float2(acc[nt][2 * half], acc[nt][2 * half + 1]);
-          }
       }
     }
-    carried = 1.f;  // Sb holds S_loc itself from the second chunk on
-    if (c + 1 < last) {
-      // S_loc = e^Γ S_loc + Kᵀ (e^{Γ−γ} ⊙ v): scale v's rows in place, then warp w updates rows 16w...
-      const float big_gamma = sm.gam[len - 1];
-      __syncthreads();  // every warp is done reading v, Sb
-      for (int e = threadIdx.x; e < kC * kD; e += blockDim.x) {
-        const int i = e >> 7, col = e & 127;
-        const float f = i < len ? __expf(big_gamma - sm.gam[i]) : 0.f;
-        sm.w[i * kLd + col] = __float2bfloat16_rn(__bfloat162float(sm.w[i * kLd + col]) * f);
+    cp_async_wait_all();
+    __syncthreads();  // Q̃ and Sb
+    // O = scale (Q̃ Sb + P)
+    warp_tile_mma<4, kD, false, false>(acc, sm.q, kLd, wm, sm.sb, kLd, wn);
+    for (int nt = 0; nt < 8; ++nt)
+      for (int r = 0; r < 4; ++r) acc[nt][r] *= a.scale;
+    if constexpr (std::is_same_v<Out, bf16>) {
+      // Through shared memory (Q̃'s tile, no longer read) so that each row leaves in 16-byte stores.
+      __syncthreads();
+      store_tile_bf16(sm.q, kLd, wm, wn, acc);
+      __syncthreads();
+      for (int e = threadIdx.x; e < len * (kD / 8); e += blockDim.x) {
+        const int i = e >> 4, part = e & 15;
+        *reinterpret_cast<uint4*>(op + ((t0 + i) * a.HV + hv) * V + part * 8) =
+            *reinterpret_cast<const uint4*>(sm.q + i * kLd + part * 8);
       }
+    } else {
+      for (int nt = 0; nt < 8; ++nt)
+        for (int half = 0; half < 2; ++half) {
+          const int i = wm + gq + half * 8, col = wn + nt * 8 + tq * 2;
+          if (i < len)
+            *reinterpret_cast<float2*>(op + ((t0 + i) * a.HV + hv) * V + col) =
+                make_float2(acc[nt][2 * half], acc[nt][2 * half + 1]);
+        }
+    }
+    if (c + 1 < last) {
+      // S_loc = e^Γ S_loc + Kᵀ (e^{Γ−γ} ⊙ (U − W Sb)): the scaled v (bf16) goes over W once every warp has
+      // read W, then warp w updates rows 16w...
+      const float big_gamma = sm.gam[len - 1];
+      float v[8][4] = {};
+      warp_tile_mma<4, kD, false, false>(v, sm.w, kLd, wm, sm.sb, kLd, wn);
+      for (int half = 0; half < 2; ++half) {
+        const int i = wm + gq + half * 8;
+        const float f = i < len ? __expf(big_gamma - sm.gam[i]) : 0.f;
+        for (int nt = 0; nt < 8; ++nt) {
+          const float2 uu =
+              unpack_bf16(*reinterpret_cast<const uint32_t*>(sm.u + i * kLd + wn + nt * 8 + tq * 2));
+          v[nt][2 * half] = f * (uu.x - carried * v[nt][2 * half]);
+          v[nt][2 * half + 1] = f * (uu.y - carried * v[nt][2 * half + 1]);
+        }
+      }
+      __syncthreads();  // every warp is done reading W
+      store_tile_bf16(sm.w, kLd, wm, wn, v);
       __syncthreads();
       const float decay = __expf(big_gamma);
       for (int nh = 0; nh < 2; ++nh) {
-        float acc[8][4];
+        float st[8][4];
         for (int nt = 0; nt < 8; ++nt)
           for (int half = 0; half < 2; ++half) {
             const int d = warp * 16 + gq + half * 8, col = nh * 64 + nt * 8 + tq * 2;
-            acc[nt][2 * half] = decay * sf[d * kD + col];
-            acc[nt][2 * half + 1] = decay * sf[d * kD + col + 1];
+            st[nt][2 * half] = decay * sf[d * kD + col];
+            st[nt][2 * half + 1] = decay * sf[d * kD + col + 1];
           }
-        warp_tile_mma<4, kC, true, false>(acc, sm.k, kLd, warp * 16, sm.w, kLd, nh * 64);
+        warp_tile_mma<4, kC, true, false>(st, sm.k, kLd, warp * 16, sm.w, kLd, nh * 64);
         for (int nt = 0; nt < 8; ++nt)
           for (int half = 0; half < 2; ++half) {
             const int d = warp * 16 + gq + half * 8, col = nh * 64 + nt * 8 + tq * 2;
-            sf[d * kD + col] = acc[nt][2 * half];
-            sf[d * kD + col + 1] = acc[nt][2 * half + 1];
+            sf[d * kD + col] = st[nt][2 * half];
+            sf[d * kD + col + 1] = st[nt][2 * half + 1];
             *reinterpret_cast<uint32_t*>(sm.sb + d * kLd + col) =
-                pack_bf16(acc[nt][2 * half], acc[nt][2 * half + 1]);
+                pack_bf16(st[nt][2 * half], st[nt][2 * half + 1]);
           }
       }
     }
-    __syncthreads();  // before the next chunk's loads overwrite q, k, w, gam
+    carried = 1.f;    // Sb holds S_loc itself from the second chunk on
+    __syncthreads();  // before the next chunk's loads overwrite q, k, w, u, gam
   }
   finish_output_block(a.blocks_done);
 }
@@ -2189,9 +2204,16 @@ std::string forward(const Problem& p, const DeviceTensors& t, void* workspace, s
     const dim3 grid{unsigned(S), unsigned(HV), unsigned(tc::kD / tc::kVT)};
     SGDN_TRY_CUDA(cudaMemsetAsync(ws.progress, 0, ws.flags_bytes, stream));
     const int stages = recurrence_stages(p);
-    err = launch_kernel("recurrence_tc_kernel",
-                        stages == 2 ? tc::recurrence_tc_kernel<2> : tc::recurrence_tc_kernel<3>, grid,
-                        tc::kRecThreads, tc::recurrence_tc_smem(stages), stream, false, rec, u_tc, w_tc);
+    const auto rec_kernel = stages == 2 ? tc::recurrence_tc_kernel<2> : tc::recurrence_tc_kernel<3>;
+    // A multiprocessor that runs a 2-stage recurrence block keeps all of its shared memory (228 KB)
+    // configured, so that an output block fits beside it; left alone, the driver configures the least that
+    // holds two recurrence blocks (196 KB), and the output block (112 KB) would wait for the recurrence to
+    // leave. (Beside a 3-stage block none fits either way, and the default measured faster there.)
+    if (stages == 2)
+      SGDN_TRY_CUDA(cudaFuncSetAttribute(rec_kernel, cudaFuncAttributePreferredSharedMemoryCarveout,
+                                         int(cudaSharedmemCarveoutMaxShared)));
+    err = launch_kernel("recurrence_tc_kernel", rec_kernel, grid, tc::kRecThreads,
+                        tc::recurrence_tc_smem(stages), stream, false, rec, u_tc, w_tc);
   } else {
     const dim3 rec_grid{unsigned(S), unsigned(HV), unsigned(vtiles)};
     err = bf16 ? launch_recurrence<__nv_bfloat16>(p, rec, rec_grid, stream)
