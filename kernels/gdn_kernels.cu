@@ -1595,8 +1595,8 @@ __global__ void __launch_bounds__(kRecThreads)
 
 // ---- outputs: per (group, value head), 256 threads, all 128 V columns. Per chunk of the group, with S its
 // start state (S_loc; the first chunk's is the snapshot times e^{pending}):
-//   O = scale (e^γ ⊙ (Q S) + A (U − W S)) = scale (Q̃ S + A U),   A = Q Kᵀ ⊙ D ⊙ lower_incl,  Q̃ = e^γ ⊙ Q − A
-//   W,
+//   O = scale (e^γ ⊙ (Q S) + A (U − W S)) = scale (Q̃ S + A U),
+//   A = Q Kᵀ ⊙ D ⊙ lower_incl,  Q̃ = e^γ ⊙ Q − A W,
 // so that A, Q̃ and P = A U are computed from the chunk's own operands while the block waits for the
 // recurrence, and only Q̃ S is left once the state arrives (one product instead of W S, Q S and A v).
 // Warp w: rows 16 (w & 3).., columns 64 (w >> 2)..  With G > 1 the fp32 S_loc is kept in shared memory and
@@ -1710,8 +1710,7 @@ __global__ void __launch_bounds__(256) output_tc_kernel(OutputArgs a, const bf16
     else
       cp_async_wait_group<0>();
     __syncthreads();  // A, W and U; every warp is done reading Q
-    // P = A U (kept in fp32 registers) and Q̃ = carried (e^γ ⊙ Q − A W), written over this warp's own tile of
-    // Q.
+    // P = A U (fp32, in registers) and Q̃ = carried (e^γ ⊙ Q − A W) over this warp's own tile of Q.
     float acc[8][4] = {};
     warp_tile_mma<4, kC, false, false>(acc, sm.am, kLdC, wm, sm.u, kLd, wn);
     {

@@ -6,11 +6,7 @@
 # Writes $OUT/compare_<lib>.{json,md} and prints one line per (library, layout, configuration). With
 # STAGES_T="32768 ..." also each library's stage times (stages.py, outputs launched after the recurrence).
 set -u
-OUT=${OUT:-$PWD/device-logs}
-mkdir -p "$OUT"
-export LD_LIBRARY_PATH=$PWD/build-cuda/dist/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH} FLA_FLASH_QLA=0
-python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
-  && export PYTHONPATH=/tmp/site
+. "$(dirname "$0")/device_env.sh"
 status=0
 for lib in "$@"; do
   name=compare_$(basename "$lib" .so)

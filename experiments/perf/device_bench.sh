@@ -4,14 +4,9 @@
 # that one hang cannot eat the call. Logs and results go to $OUT. Carry build-cuda/dist and .whl.
 #   SGDN_STEPS="tc stages bench all py san" (default: all of them)
 set -u
-OUT=${OUT:-$PWD/device-logs}
-mkdir -p "$OUT"
-DIST=$PWD/build-cuda/dist
-export LD_LIBRARY_PATH=$DIST/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
-export FLA_FLASH_QLA=0 PYTHONUNBUFFERED=1 SGDN_CUDA_LIB=$DIST/libsgdn_cuda_capi.so
+. "$(dirname "$0")/device_env.sh"
+export SGDN_CUDA_LIB=$DIST/libsgdn_cuda_capi.so
 STEPS=${SGDN_STEPS:-tc stages bench all py san}
-python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
-  && export PYTHONPATH=/tmp/site
 { date -u; nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm --format=csv; } 2>&1 | tee "$OUT/device.txt"
 status=0
 step() { case " $STEPS " in *" $1 "*) return 0 ;; *) return 1 ;; esac; }

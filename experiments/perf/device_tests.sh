@@ -3,18 +3,10 @@
 # (see kernels/NOTES.md): Catch2 GPU tests, the Python ctypes tests (with FLA if .whl carries it), and
 # compute-sanitizer memcheck + racecheck on the small case. Logs go to $OUT (or ./device-logs).
 set -u
-OUT=${OUT:-$PWD/device-logs}
-mkdir -p "$OUT"
-DIST=$PWD/build-cuda/dist
-export LD_LIBRARY_PATH=$DIST/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
-export FLA_FLASH_QLA=0 PYTHONUNBUFFERED=1
+. "$(dirname "$0")/device_env.sh"
 { date -u; nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv; nvcc --version | tail -2; } 2>&1 | tee "$OUT/device.txt"
 status=0
 "$DIST/sgdn_gpu_tests" -d yes 2>&1 | tee "$OUT/gpu_tests.log"; status=$((status | ${PIPESTATUS[0]}))
-if ls .whl/*.whl >/dev/null 2>&1; then
-  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
-    && export PYTHONPATH=/tmp/site
-fi
 if [ "${SGDN_SKIP_PY:-0}" != 1 ]; then
   SGDN_CUDA_LIB=$DIST/libsgdn_cuda_capi.so python3 -m pytest -q -s -p no:cacheprovider kernels/python/test_sgdn_cuda.py \
     2>&1 | tee "$OUT/python_tests.log"; status=$((status | ${PIPESTATUS[0]}))

@@ -4,10 +4,8 @@
 # occupancy, warp states) and the recurrence's SASS lines with the most stall samples, in one text file,
 # $OUT/profile.txt. Carry build-cuda/dist.
 set -u
-OUT=${OUT:-$PWD/device-logs}
-mkdir -p "$OUT"
-DIST=$PWD/build-cuda/dist
-export LD_LIBRARY_PATH=$DIST/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH} SGDN_CUDA_LIB=$DIST/libsgdn_cuda_capi.so
+. "$(dirname "$0")/device_env.sh"
+export SGDN_CUDA_LIB=$DIST/libsgdn_cuda_capi.so
 NCU=$(command -v ncu || echo /usr/local/cuda/bin/ncu)
 REP=/tmp/sgdn_profile
 # stages.py runs each configuration twice (warm-up, then timed): skip the warm-up's three kernels.
