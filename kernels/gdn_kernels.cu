@@ -1064,17 +1064,17 @@ __device__ __forceinline__ void cp_async_commit() {
 __device__ __forceinline__ void cp_async_wait_all() {
   asm volatile("cp.async.wait_all;\n" ::: "memory");
 }
-// Waits for all committed copy groups but the newest `pending` (1; 0 or less: all of them).
-__device__ __forceinline__ void cp_async_wait_but(int pending) {
-  if (pending >= 1)
-    asm volatile("cp.async.wait_group 1;\n" ::: "memory");
-  else
-    cp_async_wait_all();
-}
-// The same for a pending count known at compile time.
+// Waits for all committed copy groups but the newest `Pending`.
 template <int Pending>
 __device__ __forceinline__ void cp_async_wait_group() {
   asm volatile("cp.async.wait_group %0;\n" ::"n"(Pending) : "memory");
+}
+// The same for a count known at run time: 1, or 0 or less (all of them).
+__device__ __forceinline__ void cp_async_wait_but(int pending) {
+  if (pending >= 1)
+    cp_async_wait_group<1>();
+  else
+    cp_async_wait_all();
 }
 
 // rows x 128 bf16 from global rows (row stride `gstride` elements) into a [rows][kLd] tile; rows >= len
