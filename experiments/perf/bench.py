@@ -10,8 +10,12 @@ timed replays (CUDA events) divided by the calls in the graph. Timed: our whole 
 prepare, scores, selection, recurrence, outputs, final state) against FLA's chunk_gated_delta_rule
 (output_final_state=True, FLA_FLASH_QLA=0).
 
-Intermediates: FLA's h tensor N x HV x K x V bf16; ours the U/W workspace (bf16 on the tensor-core path) plus
-the snapshots actually written ((kept events + 1) x K x V per head, bf16 on the tensor-core path).
+Intermediates, FLA's h tensor (N x HV x K x V bf16) against our snapshots written ((kept events + 1) x K x V
+per head, bf16 on the tensor-core path): the issue's comparison, `ours_bytes` / `fla_bytes`. Beside them,
+everything else each side keeps while it runs: ours the U/W tensors (bf16, N x HV x 64 x (K + V)) and the
+whole workspace the C ABI asks for (sized for the worst case, every event kept); FLA's the growth of the
+allocated memory during one call, less its outputs o and final state (measured: its cumulative decays, A, w,
+u, h and v_new).
 
     SGDN_CUDA_LIB=build-cuda/dist/libsgdn_cuda_capi.so python3 experiments/perf/bench.py [--out DIR] [--quick]
         [--layouts 1x32K,4x8K] [--configs sparse-default,sparse-G2] [--name BASE]
@@ -104,10 +108,11 @@ class Ours:
             ctypes.c_size_t(self.workspace.numel()), ctypes.c_void_p(stream)))
 
     def intermediate_bytes(self):
+        """(snapshots written, U/W, workspace asked for) in bytes, and the fraction of events kept."""
         kept = int(self.mask.sum().item())
         uw = self.n_chunks * HV * C * (K + V) * 2  # bf16 U and W
         snapshots = (kept + len(self.final) * HV) * K * V * 2  # bf16 snapshots (tensor-core path)
-        return uw + snapshots, kept / max(1, self.mask.numel())
+        return (snapshots, uw, self.workspace.numel()), kept / max(1, self.mask.numel())
 
 
 def time_graph(calls, warmup=3, repeats=20):
@@ -206,8 +211,8 @@ def main():
         sys.exit(f"unknown configuration(s) {', '.join(sorted(unknown))}; known: {', '.join(known)}")
     configs = {c: known[c] for c in args.configs.split(",")} if args.configs else CONFIGS
     meta["configs"] = configs
-    print(f"{'layout':>7} {'config':>15} {'ours ms':>9} {'FLA ms':>8} {'speedup':>7} {'ours MiB':>9} "
-          f"{'FLA MiB':>8} {'kept':>5} {'rel vs FLA':>10}", flush=True)
+    print(f"{'layout':>7} {'config':>15} {'ours ms':>9} {'FLA ms':>8} {'speedup':>7} {'snap MiB':>9} "
+          f"{'h MiB':>8} {'work MiB':>9} {'FLA work':>9} {'kept':>5} {'rel vs FLA':>10}", flush=True)
     for T, name, lengths in layouts:
         sets = 2 if T <= 8192 else 1
         inputs = [make_inputs(T, 1000 * T + i) for i in range(sets)]
@@ -222,9 +227,16 @@ def main():
             fla_calls.append(fla_call)
         fla_ms, fla_spread = time_graph(fla_calls, repeats=args.repeats)
         fla_call = fla_calls[0]
+        fla_out.clear()
+        torch.cuda.synchronize()
+        before = torch.cuda.memory_allocated()
+        torch.cuda.reset_peak_memory_stats()
         fla_call()
         torch.cuda.synchronize()
-        fla_o = fla_out[0][0].clone()
+        fla_o, fla_final = fla_out[0]
+        fla_work_bytes = (torch.cuda.max_memory_allocated() - before - fla_o.numel() * fla_o.element_size()
+                          - fla_final.numel() * fla_final.element_size())
+        fla_o = fla_o.clone()
         n_chunks = sum(math.ceil(n / C) for n in lengths)
         fla_bytes = n_chunks * HV * K * V * 2
         fla_out.clear()
@@ -236,14 +248,16 @@ def main():
             ours(0)
             torch.cuda.synchronize()
             err = rel(ours.o, fla_o)
-            nbytes, kept = ours.intermediate_bytes()
+            (nbytes, uw_bytes, ws_bytes), kept = ours.intermediate_bytes()
             row = {"T": T, "layout": name, "config": cname, "ours_ms": round(ours_ms, 4), "fla_ms": round(fla_ms, 4),
                    "speedup": round(fla_ms / ours_ms, 3), "ours_bytes": nbytes, "fla_bytes": fla_bytes,
+                   "ours_uw_bytes": uw_bytes, "ours_workspace_bytes": ws_bytes, "fla_work_bytes": fla_work_bytes,
                    "rel_err_vs_fla": float(f"{err:.3e}"), "kept_fraction": round(kept, 4),
                    "ours_spread_ms": round(ours_spread, 4), "fla_spread_ms": round(fla_spread, 4)}
             rows.append(row)
             print(f"{name:>7} {cname:>15} {ours_ms:9.3f} {fla_ms:8.3f} {fla_ms / ours_ms:7.2f} {nbytes / 2**20:9.0f} "
-                  f"{fla_bytes / 2**20:8.0f} {kept:5.2f} {err:10.2e}", flush=True)
+                  f"{fla_bytes / 2**20:8.0f} {ws_bytes / 2**20:9.0f} {fla_work_bytes / 2**20:9.0f} {kept:5.2f} "
+                  f"{err:10.2e}", flush=True)
             del ours
             torch.cuda.empty_cache()
         del inputs, fla_o
@@ -261,13 +275,19 @@ def main():
              f"{meta['date']}; " + ", ".join(f"{k} {v}" for k, v in meta["versions"].items()), "",
              f"Method: {meta['method']}. H = {H}, HV = {HV}, K = V = {K}, bf16 in/out, chunk 64. "
              "sparse-default: block_adjacent band 1, update_norm, head_budget rho 0.29 (pair), G = 1. "
-             "Bytes: FLA's h tensor vs our U/W (bf16) + snapshots written (bf16). "
+             "Intermediates (MiB): our snapshots written (bf16) against FLA's h tensor, and their ratio; then our "
+             "U/W (bf16), the whole workspace our C ABI asks for (worst case), and FLA's measured working memory "
+             "(allocation growth during one call, less o and the final state). "
              "rel err: our output against FLA's (for sparse rows this is the approximation error of sparsity).", "",
-             "| T | layout | config | ours ms | FLA ms | speedup | ours MiB | FLA MiB | kept | rel err vs FLA |",
-             "|---|---|---|---|---|---|---|---|---|---|"]
+             "| T | layout | config | ours ms | FLA ms | speedup | snapshots | FLA h | ratio | U/W | workspace | "
+             "FLA working | kept | rel err vs FLA |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    mib = lambda b: f"{b / 2**20:.0f}"
     for r in rows:
         lines.append(f"| {r['T']} | {r['layout']} | {r['config']} | {r['ours_ms']:.3f} | {r['fla_ms']:.3f} | "
-                     f"{r['speedup']:.2f} | {r['ours_bytes'] / 2**20:.0f} | {r['fla_bytes'] / 2**20:.0f} | "
+                     f"{r['speedup']:.2f} | {mib(r['ours_bytes'])} | {mib(r['fla_bytes'])} | "
+                     f"{r['ours_bytes'] / r['fla_bytes']:.2f} | {mib(r['ours_uw_bytes'])} | "
+                     f"{mib(r['ours_workspace_bytes'])} | {mib(r['fla_work_bytes'])} | "
                      f"{r['kept_fraction']:.2f} | {r['rel_err_vs_fla']:.2e} |")
     lines += ["", "Command (device machine, repo root, build-cuda/dist and .whl carried):", "", "    " + cmd, ""]
     with open(os.path.join(args.out, name + ".md"), "w") as f:
