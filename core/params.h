@@ -8,11 +8,13 @@
 
 namespace sgdn {
 
-// One parameter a strategy declares: its key, default (as text) and a line of help.
+// One parameter a strategy declares: its key, default (as text) and a line of help; `boolean` when it is a
+// switch (a config stores it as true / false however it was written: 1, yes, on, ...).
 struct ParamSpec {
   std::string key;
   std::string default_value;
   std::string help;
+  bool boolean = false;
 };
 
 class Params {

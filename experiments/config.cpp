@@ -210,11 +210,11 @@ RunSpec resolve_run(const Settings& settings) {
         r[key] = b ? "true" : "false";
         return b;
       };
-  // A strategy's parameter; one whose registered default is a boolean is a boolean, stored as true / false
-  // like the keys above (so that `skip_own_group = 1` and `= true` are one run).
+  // A strategy's parameter; a boolean one is stored as true / false like the keys above (so that
+  // `skip_own_group = 1` and `= true` are one run).
   auto take_param = [&](const std::string& section, const ParamSpec& p) {
     const std::string key = section + "." + p.key;
-    if (p.default_value == "true" || p.default_value == "false")
+    if (p.boolean)
       take_bool(key);
     else
       take(key);

@@ -398,7 +398,7 @@ EngineResult<float> run_cuda(const CudaInputs& inputs, const EngineConfig& confi
     for (int64_t b = 0; b < B; ++b)
       for (int64_t h = 0; h < HV; ++h) {
         // Fixed-length batch: chunk_offset[b] = b N.
-        const int64_t base = (b * N + b) * HV + h * (N + 1);
+        const int64_t base = cuda::snapshot_slot_base(b * N, b, int(HV), int(h), N);
         const int64_t count = counts[size_t(b * HV + h)];
         download_floats(res.snapshots.data() + row * K * V,
                         reinterpret_cast<const char*>(view.snapshots) + size_t(base * K * V) * elem,

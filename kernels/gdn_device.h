@@ -98,11 +98,16 @@ size_t workspace_bytes(const Problem& p);
 std::string forward(const Problem& p, const DeviceTensors& t, void* workspace, size_t workspace_size,
                     cudaStream_t stream);
 
+// The first snapshot slot of sequence s (first chunk id chunk0 = chunk_offset[s], n chunks), value head hv:
+// each head of a sequence owns n + 1 consecutive slots, the sequences' blocks one after another.
+__host__ __device__ inline int64_t snapshot_slot_base(int64_t chunk0, int64_t s, int HV, int hv, int64_t n) {
+  return (chunk0 + s) * HV + int64_t(hv) * (n + 1);
+}
 // Where forward() left the snapshots inside the workspace (valid until the workspace is reused).
 // Sequence s, value head h owns snapshot slots [slot_base, slot_base + N_s + 1) with
-// slot_base = (chunk_offset[s] + s) * HV + h * (N_s + 1); slot 0 is S0, slot m the carried state after the
-// m-th selected event; snapshot_chunk[slot] is that event's chunk (-1 for S0) and snapshot_count[s*HV+h]
-// the number of slots used.
+// slot_base = snapshot_slot_base(chunk_offset[s], s, HV, h, N_s); slot 0 is S0, slot m the carried state
+// after the m-th selected event; snapshot_chunk[slot] is that event's chunk (-1 for S0) and
+// snapshot_count[s*HV+h] the number of slots used.
 struct SnapshotView {
   const float* snapshots = nullptr;         // [slots, K, V] float32, or bfloat16 when snapshots_bf16
   bool snapshots_bf16 = false;              // the tensor-core path keeps its snapshots in bf16

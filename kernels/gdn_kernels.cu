@@ -497,6 +497,13 @@ __device__ __forceinline__ void decode_key(uint64_t key, int units, int tie_bits
   *u = int(t % units);
 }
 
+// Sequence s's keys, event e = u n + c of its [units, n] block at `base` (every thread of the block).
+__device__ void write_keys(const float* unit_score, int64_t base, int64_t n, int units, int tie_bits,
+                           uint64_t* keys) {
+  for (int64_t e = threadIdx.x; e < n * units; e += blockDim.x)
+    keys[base + e] = score_key(unit_score[base + e], e % n, units, int(e / n), tie_bits);
+}
+
 // Keys and segment bounds; per_unit: one segment per (sequence, unit), else one per sequence.
 __global__ void build_keys_kernel(const int32_t* chunk_offset, int HV, int units, int tie_bits,
                                   const float* unit_score, bool per_unit, uint64_t* keys, int32_t* seg_begin,
@@ -504,11 +511,7 @@ __global__ void build_keys_kernel(const int32_t* chunk_offset, int HV, int units
   const int64_t s = blockIdx.x;
   const int64_t n = chunk_offset[s + 1] - chunk_offset[s];
   const int64_t base = int64_t(chunk_offset[s]) * HV;
-  for (int64_t e = threadIdx.x; e < n * units; e += blockDim.x) {
-    const int u = int(e / n);
-    const int64_t c = e % n;
-    keys[base + e] = score_key(unit_score[base + e], c, units, u, tie_bits);
-  }
+  write_keys(unit_score, base, n, units, tie_bits, keys);
   if (per_unit) {
     for (int u = threadIdx.x; u < units; u += blockDim.x) {
       seg_begin[s * units + u] = int32_t(base + u * n);
@@ -564,8 +567,7 @@ __global__ void __launch_bounds__(1024)
   const int64_t base = int64_t(chunk_offset[s]) * HV;
   const int64_t items = n * units, budget = budget_of(rho, items);
   if (budget <= 0) return;
-  for (int64_t e = threadIdx.x; e < items; e += blockDim.x)
-    keys[base + e] = score_key(unit_score[base + e], e % n, units, int(e / n), tie_bits);
+  write_keys(unit_score, base, n, units, tie_bits, keys);
   if (threadIdx.x == 0) {
     prefix = 0;
     still = budget;
@@ -756,7 +758,7 @@ __global__ void __launch_bounds__(kThreads) recurrence_kernel(RecurrenceArgs a) 
   const int K = a.K, V = a.V, C = a.C, VT = a.VT;
   const int h = hv / (a.HV / a.H);
   const int64_t n = a.chunk_offset[s + 1] - a.chunk_offset[s];
-  const int64_t slot_base = (int64_t(a.chunk_offset[s]) + s) * a.HV + int64_t(hv) * (n + 1);
+  const int64_t slot_base = snapshot_slot_base(a.chunk_offset[s], s, a.HV, hv, n);
   const int64_t ev_base = int64_t(a.chunk_offset[s]) * a.HV + int64_t(hv) * n;
 
   extern __shared__ float smem[];
@@ -861,7 +863,7 @@ __global__ void __launch_bounds__(kThreads) output_kernel(OutputArgs a) {
   const int h = hv / (a.HV / a.H);
   const int64_t s = gi.s, n = gi.n, first = gi.first;
   const int64_t last = min_i64(n, first + a.G);
-  const int64_t slot_base = (int64_t(gi.chunk0) + s) * a.HV + int64_t(hv) * (n + 1);
+  const int64_t slot_base = snapshot_slot_base(gi.chunk0, s, a.HV, hv, n);
 
   extern __shared__ float smem[];
   float* state = smem;         // [K][VT]
@@ -1376,7 +1378,7 @@ __global__ void __launch_bounds__(kRecThreads)
   const int h = hv / (a.HV / a.H);
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, gq = lane >> 2, tq = lane & 3;
   const int64_t n = a.chunk_offset[s + 1] - a.chunk_offset[s];
-  const int64_t slot_base = (int64_t(a.chunk_offset[s]) + s) * a.HV + int64_t(hv) * (n + 1);
+  const int64_t slot_base = snapshot_slot_base(a.chunk_offset[s], s, a.HV, hv, n);
   const int64_t ev_base = int64_t(a.chunk_offset[s]) * a.HV + int64_t(hv) * n;
   extern __shared__ __align__(16) unsigned char smem_raw[];
   RecSmem<NS>& sm = *reinterpret_cast<RecSmem<NS>*>(smem_raw);
@@ -1633,7 +1635,7 @@ __global__ void __launch_bounds__(256) output_tc_kernel(OutputArgs a, const bf16
   const int wm = (warp & 3) * 16, wn = (warp >> 2) * 64;
   const int64_t s = gi.s, n = gi.n, first = gi.first;
   const int64_t last = min_i64(n, first + a.G);
-  const int64_t slot_base = (int64_t(gi.chunk0) + s) * a.HV + int64_t(hv) * (n + 1);
+  const int64_t slot_base = snapshot_slot_base(gi.chunk0, s, a.HV, hv, n);
   extern __shared__ __align__(16) unsigned char smem_raw[];
   OutSmem& sm = *reinterpret_cast<OutSmem*>(smem_raw);
   float* sf = reinterpret_cast<float*>(smem_raw + sizeof(OutSmem));  // [kD][kD] fp32, only when G > 1

@@ -167,6 +167,14 @@ TEST_CASE("run ids do not depend on how a number or boolean is written", "[confi
   CHECK(survival("0").id == survival("false").id);
   CHECK(survival("0").id != survival("1").id);
   CHECK_THROWS_WITH(survival("maybe"), Catch::Contains("selector.skip_own_group"));
+  const auto peak = [](const std::string& persistence) {
+    return parse_experiment(
+               "[selector]\nname = topk\nscore = peak_write\npersistence = " + persistence + "\n", {})
+        .expand()
+        .at(0);
+  };
+  CHECK(peak("no").get("selector.persistence") == "false");
+  CHECK(peak("0").id == peak("false").id);
 }
 
 #ifndef SGDN_WITH_CUDA

@@ -32,7 +32,7 @@ class PeakWriteScore : public ScoreWith<PeakWriteScore> {
 }  // namespace
 
 Registry<Score>::Entry score_entry_peak_write() {
-  std::vector<ParamSpec> specs = {{"persistence", "true", "multiply by the survival weight p_c"}};
+  std::vector<ParamSpec> specs = {{"persistence", "true", "multiply by the survival weight p_c", true}};
   return {"peak_write", "the strongest single token write of the chunk (times its survival weight)", specs,
           [specs](const Params& p) {
             return make_strategy<PeakWriteScore, Score>("peak_write", p, specs,

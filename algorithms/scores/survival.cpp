@@ -45,7 +45,7 @@ class SurvivalScore : public ScoreWith<SurvivalScore> {
 
 Registry<Score>::Entry score_entry_survival() {
   std::vector<ParamSpec> specs = {
-      {"skip_own_group", "false", "leave the chunks of the event's own output group out of p_c"}};
+      {"skip_own_group", "false", "leave the chunks of the event's own output group out of p_c", true}};
   return {"survival", "update_norm times the decay-weighted count of later chunks that see the write", specs,
           [specs](const Params& p) {
             return make_strategy<SurvivalScore, Score>("survival", p, specs,
