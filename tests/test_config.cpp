@@ -156,22 +156,23 @@ TEST_CASE("run ids do not depend on how a number or boolean is written", "[confi
   CHECK(a.get("dump.states") == "true");
   const auto c = parse_experiment("[selector]\nrho = 0.1\n[dump]\nstates = 1\n", {}).expand().at(0);
   CHECK(c.id == a.id);
-  // A strategy's boolean parameter the same way.
-  const auto survival = [](const std::string& skip) {
-    return parse_experiment("[selector]\nname = topk\nscore = survival\nskip_own_group = " + skip + "\n", {})
+  // A strategy's boolean parameter the same way: `key = value` under [selector] with the given score.
+  const auto with_score = [](const std::string& score, const std::string& key, const std::string& value) {
+    return parse_experiment("[selector]\nname = topk\nscore = " + score + "\n" + key + " = " + value + "\n",
+                            {})
         .expand()
         .at(0);
+  };
+  const auto survival = [&](const std::string& skip) {
+    return with_score("survival", "skip_own_group", skip);
   };
   CHECK(survival("1").id == survival("true").id);
   CHECK(survival("on").get("selector.skip_own_group") == "true");
   CHECK(survival("0").id == survival("false").id);
   CHECK(survival("0").id != survival("1").id);
   CHECK_THROWS_WITH(survival("maybe"), Catch::Contains("selector.skip_own_group"));
-  const auto peak = [](const std::string& persistence) {
-    return parse_experiment(
-               "[selector]\nname = topk\nscore = peak_write\npersistence = " + persistence + "\n", {})
-        .expand()
-        .at(0);
+  const auto peak = [&](const std::string& persistence) {
+    return with_score("peak_write", "persistence", persistence);
   };
   CHECK(peak("no").get("selector.persistence") == "false");
   CHECK(peak("0").id == peak("false").id);
