@@ -1091,12 +1091,110 @@ __device__ __forceinline__ void copy_rows(bf16* dst, const bf16* src, int64_t gs
 }
 
 // ---- prepare: γ, L (band), T = (I + L)^-1 in fp32, U = T diag(β) V, W = T diag(β e^γ) K in bf16, Γ,
-// statistic. 128 threads (4 warps); warp w owns rows 16w..16w+15 of every 64-row product. Shared memory, 56
-// KB so that 4 blocks share a multiprocessor: L (fp32) and later Au | Aw (bf16) share one region; T (fp32)
-// and later V (bf16, then U for the statistic) share another.
-constexpr int kLdL = kC + 8;   // fp32 row stride of L (= 2 x kLdC bf16: Au and Aw fit in its bytes)
-constexpr int kLdTm = kC + 4;  // fp32 row stride of T (= kLd bf16: a 64 x 128 bf16 tile fits in its bytes)
+// statistic. 128 threads (4 warps, one warpgroup); warp w owns rows 16w..16w+15 of every 64-row product.
+// Shared memory, 56 KB so that 4 blocks share a multiprocessor: K; L (fp32), then V; T (fp32), then W and U.
+constexpr int kLdL = kC + 8;   // fp32 row stride of L
+constexpr int kLdTm = kC + 4;  // fp32 row stride of T
 constexpr int kLdX = 16;       // fp32 row stride of the block solve's X (a warp's 16 x 16 scratch tile)
+// ---- warpgroup products (wgmma, sm_90a) for the pre-pass: the block's four warps issue one 64-row product
+// together; B (and A, unless it comes from registers) is read from shared memory through a descriptor, once
+// for the whole warpgroup (mma.sync has every warp load its own copy of B through ldmatrix). The
+// accumulator's thread layout is mma.sync's m16n8 C fragment: warp w on rows 16w.., entries 4j..4j+3 for
+// columns 8j... Operand tiles (64 x 128 bf16) use the 128-byte swizzle that wgmma reads: two halves of 64
+// columns, each 64 rows of 128 bytes whose 16-byte pieces are permuted by the row (piece p of row r at p ^ (r
+// & 7)), 1024- byte aligned (sw128). A copy or a read of one row's half by a quarter-warp is one 128-byte
+// line, and a warp's copies take two whole rows of memory. The descriptor's strides are 1024 bytes (8 rows);
+// a step of k (16) moves the start by 32 bytes read k-major (k along the columns: K Kᵀ, U Uᵀ) or by 2048
+// bytes read mn-major (k along the rows: the second operand of A V and A K, whose 64 columns are one half).
+__device__ __forceinline__ int sw128(int r, int c) {
+  return (c >> 6) * (kC * 64) + r * 64 + ((((c >> 3) & 7) ^ (r & 7)) << 3) + (c & 7);
+}
+constexpr uint32_t kSwKMajorStep = 32 >> 4, kSwMnMajorStep = 2048 >> 4;  // k steps, in descriptor units
+__device__ __forceinline__ uint64_t sw128_desc(const bf16* tile) {
+  return uint64_t(smem_addr(tile) >> 4) | (uint64_t(1024 >> 4) << 16) | (uint64_t(1024 >> 4) << 32) |
+         (uint64_t(1) << 62);
+}
+// Before the first product of a group: the accumulator and A registers written by ordinary instructions.
+__device__ __forceinline__ void wgmma_fence() {
+  asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
+}
+__device__ __forceinline__ void wgmma_commit() {
+  asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
+}
+// Waits for this warpgroup's committed products; the empty asm keeps the accumulator's uses below the wait.
+template <int N>
+__device__ __forceinline__ void wgmma_wait_all(float (&d)[N]) {
+  asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
+#pragma unroll
+  for (int i = 0; i < N; ++i) asm volatile("" : "+f"(d[i])::"memory");
+}
+// Shared-memory writes by ordinary stores and cp.async made visible to later wgmma reads (then a barrier).
+__device__ __forceinline__ void fence_proxy_async() {
+  asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+}
+// The 32 fp32 accumulators of an m64n64 warpgroup product: asm operands %0..%31 of the helpers below.
+#define SGDN_WGMMA_ACC32_REGS                                                                                \
+  "{%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%" \
+  "28,%29,%30,%31}"
+#define SGDN_WGMMA_ACC32(d)                                                                                 \
+  "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),           \
+      "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), \
+      "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]),            \
+      "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]),            \
+      "+f"(d[30]), "+f"(d[31])
+// d (64 x 64) (+)= A B, both from shared memory through descriptors; TA / TB: A / B stored mn-major
+// (transposed) instead of k-major. Accumulates when `accumulate` is nonzero, else overwrites.
+template <int TA, int TB>
+__device__ __forceinline__ void wgmma_m64n64k16_ss(float (&d)[32], uint64_t da, uint64_t db, int accumulate) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 " SGDN_WGMMA_ACC32_REGS
+      ", %32, %33, p, 1, 1, %35, %36;\n}\n"
+      : SGDN_WGMMA_ACC32(d)
+      : "l"(da), "l"(db), "r"(accumulate), "n"(TA), "n"(TB));
+}
+// d (64 x 64) (+)= A B, A from registers (this warp's 16 x 16 fragment, mma.sync's A layout), B from shared
+// memory stored mn-major (transposed: its 16-byte pieces run along n).
+__device__ __forceinline__ void wgmma_m64n64k16_rs_t(float (&d)[32], const uint32_t (&a)[4], uint64_t db,
+                                                     int accumulate) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 " SGDN_WGMMA_ACC32_REGS
+      ", {%32,%33,%34,%35}, %36, p, 1, 1, 1;\n}\n"
+      : SGDN_WGMMA_ACC32(d)
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(accumulate));
+}
+// 64 rows x 128 bf16 from global rows (row stride `gstride` elements) into an sw128 tile; rows >= len become
+// zeros. Every thread of the block takes part; 16 consecutive threads copy one row.
+__device__ __forceinline__ void copy_rows_sw128(bf16* dst, const bf16* src, int64_t gstride, int len) {
+  for (int e = threadIdx.x; e < kC * (kD / 8); e += blockDim.x) {
+    const int i = e >> 4, col = (e & 15) * 8;
+    const bool valid = i < len;
+    cp_async16(dst + sw128(i, col), src + (valid ? int64_t(i) * gstride : 0) + col, valid);
+  }
+}
+// This warp's rows of a wgmma accumulator (16 x 64 at column c0), rounded to bf16, into an sw128 tile (a
+// warp's 4-byte stores for one n8 tile fall in 32 distinct banks).
+__device__ __forceinline__ void store_acc_sw128(bf16* tile, const float (&acc)[32], int c0) {
+  const int lane = threadIdx.x & 31, gq = lane >> 2, tq = lane & 3;
+  const int r = (threadIdx.x >> 5) * 16 + gq;
+#pragma unroll
+  for (int j = 0; j < 8; ++j) {
+    const int c = c0 + j * 8 + tq * 2;
+    *reinterpret_cast<uint32_t*>(tile + sw128(r, c)) = pack_bf16(acc[4 * j], acc[4 * j + 1]);
+    *reinterpret_cast<uint32_t*>(tile + sw128(r + 8, c)) = pack_bf16(acc[4 * j + 2], acc[4 * j + 3]);
+  }
+}
+// This warp's 16 rows of an sw128 tile to 16 contiguous rows of 128 elements in global memory, 16-byte
+// pieces (16 lanes per row).
+__device__ __forceinline__ void store_rows_sw128(bf16* out, const bf16* tile) {
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+#pragma unroll
+  for (int e = lane; e < 16 * (kD / 8); e += 32) {
+    const int i = warp * 16 + (e >> 4), col = (e & 15) * 8;
+    *reinterpret_cast<uint4*>(out + i * kD + col) = *reinterpret_cast<const uint4*>(tile + sw128(i, col));
+  }
+}
 // The scratch tile's column for (r, c): bit 3 flipped on rows 2, 3 (mod 4) so that the B-fragment loads
 // (rows t and t + 4, t < 4; eight columns) fall in 32 distinct banks.
 __device__ __forceinline__ int xs_col(int r, int c) {
@@ -1128,21 +1226,87 @@ __device__ __forceinline__ void mma_16x16_tf32(float (&acc)[2][4], const float* 
   }
 }
 struct PrepSmem {
-  bf16 k[kC * kLd];
-  float lm[kC * kLdL];      // L, then Au = bf16(T diag β) and Aw = bf16(T diag(β e^γ))
-  float tm[kC * kLdTm];     // T, then V (bf16), then U (bf16)
+  bf16 k[kC * kD];          // K (sw128)
+  float lm[kC * kLdL];      // L; then V (sw128 bf16), copied while W is computed
+  float tm[kC * kLdTm];     // T; then W and U (sw128 bf16) on their way out, U also for the statistic
   float xs[3 * 16 * kLdX];  // block solve scratch
   float gam[kC];
   float eg[kC];  // e^γ
   float bet[kC];
   float red[4];
 };
-static_assert(sizeof(float) * kC * kLdL == 2 * sizeof(bf16) * kC * kLdC, "Au | Aw overlay L");
-static_assert(sizeof(float) * kC * kLdTm == sizeof(bf16) * kC * kLd, "V overlays T");
-// Four blocks per multiprocessor: 228 KB of shared memory, 1 KB of it reserved per block.
-static_assert(4 * (sizeof(PrepSmem) + 1024) <= 228 * 1024, "prepare: four blocks per multiprocessor");
+static_assert(sizeof(float) * kC * kLdL >= sizeof(bf16) * kC * kD, "V overlays L");
+static_assert(sizeof(float) * kC * kLdTm >= sizeof(bf16) * kC * kD, "U overlays T");
+static_assert(sizeof(PrepSmem::k) % 1024 == 0 && sizeof(PrepSmem::lm) % 1024 == 0,
+              "sw128 tiles 1024-aligned");
+// Four blocks per multiprocessor: 228 KB of shared memory, 1 KB of it reserved per block, 1 KB to align the
+// block's region to 1024 bytes.
+constexpr size_t kPrepSmemBytes = sizeof(PrepSmem) + 1024;
+static_assert(4 * (kPrepSmemBytes + 1024) <= 228 * 1024, "prepare: four blocks per multiprocessor");
 
-__global__ void __launch_bounds__(128) prepare_tc_kernel(PrepareArgs a, bf16* u_out_all, bf16* w_out_all) {
+// This warp's A fragments (rows 16w.., k = 64 in four steps) of bf16(T diag(β)) or, with `decayed`,
+// bf16(T diag(β e^γ)), from T (fp32, shared).
+__device__ __forceinline__ void t_fragments(uint32_t (&f)[4][4], const PrepSmem& sm, bool decayed) {
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, gq = lane >> 2, tq = lane & 3;
+#pragma unroll
+  for (int ks = 0; ks < kC / 16; ++ks)
+#pragma unroll
+    for (int hi = 0; hi < 2; ++hi) {
+      const int j = ks * 16 + hi * 8 + tq * 2;
+      float s0 = sm.bet[j], s1 = sm.bet[j + 1];
+      if (decayed) s0 *= sm.eg[j], s1 *= sm.eg[j + 1];
+#pragma unroll
+      for (int rh = 0; rh < 2; ++rh) {
+        const float2 t = *reinterpret_cast<const float2*>(&sm.tm[(warp * 16 + gq + rh * 8) * kLdTm + j]);
+        f[ks][rh + 2 * hi] = pack_bf16(t.x * s0, t.y * s1);
+      }
+    }
+}
+// D (64 x 64) = A B over k = 64: A this warp's fragments `f`, B columns c0..c0+63 of an sw128 tile read
+// mn-major (V, K, U, W: k runs along the tile's rows).
+__device__ __forceinline__ void rs_product(float (&acc)[32], const uint32_t (&f)[4][4], const bf16* b,
+                                           int c0) {
+  const uint64_t desc = sw128_desc(b + (c0 >> 6) * (kC * 64));
+  wgmma_fence();
+#pragma unroll
+  for (int ks = 0; ks < kC / 16; ++ks) wgmma_m64n64k16_rs_t(acc, f[ks], desc + ks * kSwMnMajorStep, ks);
+  wgmma_commit();
+  wgmma_wait_all(acc);
+}
+// D (64 x 64) (+)= A B over KSteps steps of 16, both operands from descriptors moved by a_step / b_step per
+// step (TA / TB: stored mn-major); onto D's contents when `accumulate`, else from zero.
+template <int TA, int TB, int KSteps>
+__device__ __forceinline__ void ss_product(float (&acc)[32], uint64_t da, uint32_t a_step, uint64_t db,
+                                           uint32_t b_step, bool accumulate) {
+  wgmma_fence();
+#pragma unroll
+  for (int ks = 0; ks < KSteps; ++ks)
+    wgmma_m64n64k16_ss<TA, TB>(acc, da + ks * a_step, db + ks * b_step, accumulate || ks > 0);
+  wgmma_commit();
+  wgmma_wait_all(acc);
+}
+// D (64 x 128) = A B (k = 64) into `out` (sw128, this warp's rows), two products of 64 columns so that half
+// the accumulator registers are live.
+__device__ __forceinline__ void wy_product(bf16* out, const uint32_t (&f)[4][4], const bf16* b) {
+#pragma unroll
+  for (int half = 0; half < 2; ++half) {
+    float acc[32];
+    rs_product(acc, f, b, half * 64);
+    store_acc_sw128(out, acc, half * 64);
+  }
+}
+// D (64 x 64) (+)= X Yᵀ over one 64-column half of sw128 tiles X, Y (k-major, four steps).
+__device__ __forceinline__ void abt_half(float (&acc)[32], const bf16* x, const bf16* y, bool accumulate) {
+  ss_product<0, 0, kC / 16>(acc, sw128_desc(x), kSwKMajorStep, sw128_desc(y), kSwKMajorStep, accumulate);
+}
+// D (64 x 64) = X Yᵀ over k = 128 for sw128 tiles X, Y (K Kᵀ, U Uᵀ).
+__device__ __forceinline__ void abt_product(float (&acc)[32], const bf16* x, const bf16* y) {
+  abt_half(acc, x, y, false);
+  abt_half(acc, x + kC * 64, y + kC * 64, true);
+}
+
+template <bool Stat>
+__global__ void __launch_bounds__(128, 4) prepare_tc_kernel(PrepareArgs a, bf16* u_out_all, bf16* w_out_all) {
   const int64_t id = blockIdx.x;
   const int hv = blockIdx.y;
   const ChunkInfo ci = load_chunk_info(a.chunk_info, id);
@@ -1152,14 +1316,13 @@ __global__ void __launch_bounds__(128) prepare_tc_kernel(PrepareArgs a, bf16* u_
   const int h = hv / (a.HV / a.H);
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, gq = lane >> 2, tq = lane & 3;
   extern __shared__ __align__(16) unsigned char smem_raw[];
-  PrepSmem& sm = *reinterpret_cast<PrepSmem*>(smem_raw);
-  bf16* au = reinterpret_cast<bf16*>(sm.lm);
-  bf16* aw = au + kC * kLdC;
-  bf16* vs = reinterpret_cast<bf16*>(sm.tm);
+  PrepSmem& sm = *reinterpret_cast<PrepSmem*>(smem_raw + ((1024 - (smem_addr(smem_raw) & 1023)) & 1023));
+  bf16* vs = reinterpret_cast<bf16*>(sm.lm);
+  bf16* us = reinterpret_cast<bf16*>(sm.tm);
 
   const bf16* kp = static_cast<const bf16*>(a.k) + (t0 * a.H + h) * kD;
   const bf16* vp = static_cast<const bf16*>(a.v) + (t0 * a.HV + hv) * kD;
-  copy_rows(sm.k, kp, int64_t(a.H) * kD, len);
+  copy_rows_sw128(sm.k, kp, int64_t(a.H) * kD, len);
   cp_async_commit();
   const bf16* bp = static_cast<const bf16*>(a.beta);
   if (warp == 0) {
@@ -1180,19 +1343,18 @@ __global__ void __launch_bounds__(128) prepare_tc_kernel(PrepareArgs a, bf16* u_
       sm.bet[i] = i < len ? __bfloat162float(bp[(t0 + i) * a.HV + hv]) : 0.f;
   }
   cp_async_wait_all();
+  fence_proxy_async();
   __syncthreads();
 
-  // L = strictly_lower(diag(β) K Kᵀ ⊙ D) with the band: warp w computes rows 16w.., all 64 columns. The raw
-  // K Kᵀ stays in registers for the statistic (‖Mᵀ‖² = Σ_ij f_i f_j (K Kᵀ)_ij (U Uᵀ)_ij, f = e^{Γ−γ}).
-  float kk[8][4] = {};
+  // L = strictly_lower(diag(β) K Kᵀ ⊙ D) with the band (K Kᵀ: warp w rows 16w.., all 64 columns).
+  float kk[32];
+  abt_product(kk, sm.k, sm.k);
   {
-    const int m0 = warp * 16;
-    warp_tile_mma<4, kD, false, true>(kk, sm.k, kLd, m0, sm.k, kLd, 0);
-    // This thread's two rows i = m0 + gq (+ 8): β, γ and the band's first column once per row.
+    // This thread's two rows i = 16w + gq (+ 8): β, γ and the band's first column once per row.
     int row[2], first[2];
     float brow[2], grow[2];
     for (int half = 0; half < 2; ++half) {
-      row[half] = m0 + gq + half * 8;
+      row[half] = warp * 16 + gq + half * 8;
       first[half] = band_first(row[half], a.block, a.band);
       brow[half] = sm.bet[row[half]];
       grow[half] = sm.gam[row[half]];
@@ -1202,7 +1364,7 @@ __global__ void __launch_bounds__(128) prepare_tc_kernel(PrepareArgs a, bf16* u_
       const float g0 = sm.gam[j], g1 = sm.gam[j + 1];
       for (int half = 0; half < 2; ++half) {
         const int i = row[half];
-        const float x0 = kk[nt][2 * half], x1 = kk[nt][2 * half + 1];
+        const float x0 = kk[4 * nt + 2 * half], x1 = kk[4 * nt + 2 * half + 1];
         *reinterpret_cast<float2*>(&sm.lm[i * kLdL + j]) =
             make_float2(j < i && j >= first[half] ? brow[half] * x0 * __expf(grow[half] - g0) : 0.f,
                         j + 1 < i && j + 1 >= first[half] ? brow[half] * x1 * __expf(grow[half] - g1) : 0.f);
@@ -1239,7 +1401,8 @@ __global__ void __launch_bounds__(128) prepare_tc_kernel(PrepareArgs a, bf16* u_
   // Below the diagonal, column block J by warp J (no barrier between block rows: every T_MJ a product reads
   // is this warp's own): for I = J+1..3, X = Σ_{J<=M<I} L_IM T_MJ and T_IJ = −T_II X, 16 x 16 products on
   // tensor cores in tf32 (fp32 accumulation; operands rounded to 10-bit mantissas, below the bf16 rounding of
-  // Au / Aw that follows). X goes through the warp's scratch tile to become the second operand.
+  // T diag(β) and T diag(β e^γ) that follows). X goes through the warp's scratch tile to become the second
+  // operand.
   if (warp < 3) {
     const int J = warp;
     float* xs = sm.xs + warp * 16 * kLdX;
@@ -1264,69 +1427,57 @@ __global__ void __launch_bounds__(128) prepare_tc_kernel(PrepareArgs a, bf16* u_
     }
   }
   __syncthreads();
-  // Au, Aw over L (no longer needed), two columns per thread and step; then V over T once every thread is
-  // done with T.
-#pragma unroll 4
-  for (int e = threadIdx.x; e < kC * kC / 2; e += blockDim.x) {
-    const int i = e >> 5, j = (e & 31) * 2;
-    const float2 t = *reinterpret_cast<const float2*>(&sm.tm[i * kLdTm + j]);
-    const float t0 = t.x * sm.bet[j], t1 = t.y * sm.bet[j + 1];
-    *reinterpret_cast<uint32_t*>(au + i * kLdC + j) = pack_bf16(t0, t1);
-    *reinterpret_cast<uint32_t*>(aw + i * kLdC + j) = pack_bf16(t0 * sm.eg[j], t1 * sm.eg[j + 1]);
-  }
-  __syncthreads();
-  copy_rows(vs, vp, int64_t(a.HV) * kD, len);
-  cp_async_commit();
-  if (a.want_statistic && threadIdx.x < kC)  // β is read no more: its slots take f = e^{Γ−γ} (0 past len)
-    sm.bet[threadIdx.x] = threadIdx.x < len ? __expf(sm.gam[len - 1] - sm.gam[threadIdx.x]) : 0.f;
-  cp_async_wait_all();
-  __syncthreads();
+  // L is read no more: V is copied into its region while W = bf16(T diag(β e^γ)) K runs (A from registers,
+  // built from T; K's tile read mn-major). W, then U, leave through T's region, each warp its own 16 rows.
   const int64_t slot = id * a.HV + hv;
   bf16* u_out = u_out_all + slot * kC * kD;
   bf16* w_out = w_out_all + slot * kC * kD;
-  const int m0 = warp * 16;
-  // U = Au V and W = Aw K: warp rows m0.., 128 columns, k = 64. Each product replaces its second operand in
-  // shared memory once every warp is done reading it (U stays there for the statistic); the warp's 16 rows,
-  // 4 KB contiguous in memory, leave from there in 16-byte stores (a fragment's 4-byte stores to global
-  // memory filled half of each 32-byte sector).
-  for (int which = 0; which < 2; ++which) {
-    const bf16* amat = which == 0 ? au : aw;
-    bf16* bmat = which == 0 ? vs : sm.k;
-    bf16* out = which == 0 ? u_out : w_out;
-    float acc[16][4] = {};
-    warp_tile_mma<8, kC, false, false>(acc, amat, kLdC, m0, bmat, kLd, 0);
-    __syncthreads();
-    store_tile_bf16(bmat, kLd, m0, 0, acc);
-    __syncwarp();
-    for (int e = lane; e < 16 * (kD / 8); e += 32) {
-      const int i = m0 + (e >> 4), part = e & 15;
-      *reinterpret_cast<uint4*>(out + i * kD + part * 8) =
-          *reinterpret_cast<const uint4*>(bmat + i * kLd + part * 8);
-    }
-  }
+  copy_rows_sw128(vs, vp, int64_t(a.HV) * kD, len);
+  cp_async_commit();
+  uint32_t fw[4][4], fu[4][4];
+  t_fragments(fw, sm, true);
+  t_fragments(fu, sm, false);
+  __syncthreads();  // every read of T is done
+  wy_product(us, fw, sm.k);
+  __syncwarp();
+  store_rows_sw128(w_out, us);
+  // U = bf16(T diag(β)) V once V is in place.
+  cp_async_wait_all();
+  fence_proxy_async();
+  __syncthreads();
+  wy_product(us, fu, vs);  // this warp's rows of W have left (their reads are before its product)
+  __syncwarp();
+  store_rows_sw128(u_out, us);
   for (int i = threadIdx.x; i < kC; i += blockDim.x) a.gamma[slot * kC + i] = i < len ? sm.gam[i] : 0.f;
   const float big_gamma = sm.gam[len - 1];
   if (threadIdx.x == 0) a.chunk_decay[event_index(a.chunk_offset, s, a.HV, hv, c)] = big_gamma;
-  if (!a.want_statistic) return;
-  // ‖(e^{Γ−γ} ⊙ K)ᵀ U‖_F² = Σ_ij f_i f_j (K Kᵀ)_ij (U Uᵀ)_ij with f_i = e^{Γ−γ_i} (0 past the chunk's end):
-  // U Uᵀ (64 x 64, k = 128) against the K Kᵀ kept in registers, a quarter of the work of Mᵀ = Kᵀ U itself.
-  __syncthreads();  // U (bf16) is in vs
-  float uu[8][4] = {};
-  warp_tile_mma<4, kD, false, true>(uu, vs, kLd, m0, vs, kLd, 0);
-  float sum_sq = 0.f;
-  const float f_row[2] = {sm.bet[m0 + gq], sm.bet[m0 + gq + 8]};  // f of this thread's two rows
-  for (int nt = 0; nt < 8; ++nt)
-    for (int c2 = 0; c2 < 2; ++c2) {
-      const float f_col = sm.bet[nt * 8 + tq * 2 + c2];
-      for (int half = 0; half < 2; ++half)
-        sum_sq += f_row[half] * f_col * kk[nt][2 * half + c2] * uu[nt][2 * half + c2];
-    }
-  for (int off = 16; off > 0; off >>= 1) sum_sq += __shfl_xor_sync(0xffffffffu, sum_sq, off);
-  if (lane == 0) sm.red[warp] = sum_sq;
-  __syncthreads();
-  if (threadIdx.x == 0)
-    a.statistic[event_index(a.chunk_offset, s, a.HV, hv, c)] =
-        sqrtf(fmaxf(sm.red[0] + sm.red[1] + sm.red[2] + sm.red[3], 0.f));
+  if constexpr (Stat) {
+    // ‖(e^{Γ−γ} ⊙ K)ᵀ U‖_F² = Σ_ij f_i f_j (K Kᵀ)_ij (U Uᵀ)_ij with f_i = e^{Γ−γ_i} (0 past the chunk's end):
+    // two 64 x 64 products (k = 128) instead of Mᵀ = Kᵀ U itself (128 x 128). β is read no more: its slots
+    // take f.
+    if (threadIdx.x < kC)
+      sm.bet[threadIdx.x] = threadIdx.x < len ? __expf(big_gamma - sm.gam[threadIdx.x]) : 0.f;
+    fence_proxy_async();
+    __syncthreads();  // U (bf16) complete in its tile, f in place
+    float kk[32], uu[32];
+    abt_product(kk, sm.k, sm.k);
+    abt_product(uu, us, us);
+    float sum_sq = 0.f;
+    const int m0 = warp * 16;
+    const float f_row[2] = {sm.bet[m0 + gq], sm.bet[m0 + gq + 8]};  // f of this thread's two rows
+    for (int nt = 0; nt < 8; ++nt)
+      for (int c2 = 0; c2 < 2; ++c2) {
+        const float f_col = sm.bet[nt * 8 + tq * 2 + c2];
+        for (int half = 0; half < 2; ++half)
+          sum_sq += f_row[half] * f_col * kk[4 * nt + 2 * half + c2] * uu[4 * nt + 2 * half + c2];
+      }
+    for (int off = 16; off > 0; off >>= 1) sum_sq += __shfl_xor_sync(0xffffffffu, sum_sq, off);
+    if (lane == 0) sm.red[warp] = sum_sq;
+    __syncthreads();
+    if (threadIdx.x == 0)
+      a.statistic[event_index(a.chunk_offset, s, a.HV, hv, c)] =
+          sqrtf(fmaxf(sm.red[0] + sm.red[1] + sm.red[2] + sm.red[3], 0.f));
+  }
 }
 
 // ---- recurrence: per (sequence, value head, 32-column V tile), 256 threads (8 warps: two per scheduler).
@@ -1799,7 +1950,7 @@ __global__ void __launch_bounds__(256) output_tc_kernel(OutputArgs a, const bf16
 }
 
 size_t prepare_tc_smem() {
-  return sizeof(PrepSmem);
+  return kPrepSmemBytes;
 }
 size_t recurrence_tc_smem(int stages) {
   return stages == 2 ? sizeof(RecSmem<2>) : sizeof(RecSmem<3>);
@@ -2079,8 +2230,10 @@ std::string forward(const Problem& p, const DeviceTensors& t, void* workspace, s
   auto* w_tc = reinterpret_cast<__nv_bfloat16*>(ws.w);
   std::string err;
   if (use_tc)
-    err = launch_kernel("prepare_tc_kernel", tc::prepare_tc_kernel, chunk_grid, 128, tc::prepare_tc_smem(),
-                        stream, false, prep, u_tc, w_tc);
+    err = prep.want_statistic ? launch_kernel("prepare_tc_kernel", tc::prepare_tc_kernel<true>, chunk_grid,
+                                              128, tc::prepare_tc_smem(), stream, false, prep, u_tc, w_tc)
+                              : launch_kernel("prepare_tc_kernel", tc::prepare_tc_kernel<false>, chunk_grid,
+                                              128, tc::prepare_tc_smem(), stream, false, prep, u_tc, w_tc);
   else
     err = bf16 ? launch_prepare<__nv_bfloat16>(p, prep, chunk_grid, stream)
                : launch_prepare<float>(p, prep, chunk_grid, stream);
