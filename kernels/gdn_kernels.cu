@@ -98,7 +98,6 @@ struct Workspace {
   int32_t* seq_len;       // [S]
   int32_t* chunk_offset;  // [S + 1]
   int32_t* group_offset;  // [S + 1]
-  int32_t* cu_default;    // [2] when cu_seqlens is null
   ChunkInfo* chunk_info;  // [Nmax]
   GroupInfo* group_info;  // [Nmax]
   float* gamma;           // [Nmax, HV, C]
@@ -188,7 +187,6 @@ Workspace carve(const Problem& p, void* base) {
   ws.seq_len = static_cast<int32_t*>(take(S * 4));
   ws.chunk_offset = static_cast<int32_t*>(take((S + 1) * 4));
   ws.group_offset = static_cast<int32_t*>(take((S + 1) * 4));
-  ws.cu_default = static_cast<int32_t*>(take(2 * 4));
   ws.chunk_info = static_cast<ChunkInfo*>(take(nmax * sizeof(ChunkInfo)));
   ws.group_info = static_cast<GroupInfo*>(take(nmax * sizeof(GroupInfo)));
   ws.gamma = static_cast<float*>(take(events * C * 4));
@@ -230,15 +228,16 @@ __device__ __forceinline__ int64_t event_index(const int32_t* chunk_offset, int6
 }
 
 // ---------------------------------------------------------------------------------------------------------
-// 1. Chunk table. cu_seqlens is clamped into [0, total] and made monotone so that bad offsets cannot send a
-// kernel out of bounds (the C ABI cannot read them without a synchronisation).
+// 1. Chunk table. cu_seqlens (null: one sequence of all the tokens) is clamped into [0, total] and made
+// monotone so that bad offsets cannot send a kernel out of bounds (the C ABI cannot read them without a
+// synchronisation).
 __global__ void sequence_table_kernel(const int32_t* cu_seqlens, int64_t num_seqs, int64_t total, int chunk,
                                       int group, int32_t* seq_start, int32_t* seq_len, int32_t* chunk_offset,
                                       int32_t* group_offset) {
   if (threadIdx.x != 0 || blockIdx.x != 0) return;
   int64_t chunks = 0, groups = 0, prev_end = 0;
   for (int64_t s = 0; s < num_seqs; ++s) {
-    int64_t begin = cu_seqlens[s], end = cu_seqlens[s + 1];
+    int64_t begin = cu_seqlens ? cu_seqlens[s] : 0, end = cu_seqlens ? cu_seqlens[s + 1] : total;
     begin = min(max(begin, prev_end), total);
     end = min(max(end, begin), total);
     prev_end = end;
@@ -271,11 +270,6 @@ __global__ void chunk_info_kernel(const int32_t* seq_start, const int32_t* seq_l
     chunks[c0 + c] = {int32_t(s), c, start + c * chunk, min(chunk, len - c * chunk)};
   for (int32_t j = group_offset[s] + threadIdx.x; j < group_offset[s + 1]; j += blockDim.x)
     groups[j] = {int32_t(s), (j - group_offset[s]) * group, n, c0, start, len, 0, 0};
-}
-
-__global__ void default_cu_seqlens_kernel(int32_t* cu, int64_t total) {
-  cu[0] = 0;
-  cu[1] = int32_t(total);
 }
 
 // ---------------------------------------------------------------------------------------------------------
@@ -464,13 +458,12 @@ __global__ void __launch_bounds__(1024)
   }
   __syncthreads();
   const int per_unit = HV / units;  // r under pair, 1 under head
-  for (int64_t e = threadIdx.x; e < int64_t(units) * n; e += blockDim.x) {
-    const int u = int(e / n);
-    const int64_t c = e % n;
-    double sum = 0.0;
-    for (int j = 0; j < per_unit; ++j) sum += double(head_score[base + (u * per_unit + j) * n + c]);
-    unit_score[base + u * n + c] = float(sum);
-  }
+  for (int u = 0; u < units; ++u)
+    for (int64_t c = threadIdx.x; c < n; c += blockDim.x) {
+      double sum = 0.0;
+      for (int j = 0; j < per_unit; ++j) sum += double(head_score[base + (u * per_unit + j) * n + c]);
+      unit_score[base + u * n + c] = float(sum);
+    }
   (void)ratio;
 }
 
@@ -705,22 +698,29 @@ __global__ void mark_threshold_kernel(const int32_t* chunk_offset, int HV, int u
     unit_mask[base + e] = double(unit_score[base + e]) >= tau * mean ? 1 : 0;
 }
 
-// Unit mask -> value-head mask, and the budget each unit received.
-__global__ void expand_mask_kernel(const int32_t* chunk_offset, int HV, int units, const uint8_t* unit_mask,
-                                   uint8_t* head_mask, int32_t* budget) {
+// Unit mask -> value-head mask, one block per (sequence, value head), and the budget each unit received
+// (counted by the block of the unit's first head).
+__global__ void __launch_bounds__(kThreads)
+    expand_mask_kernel(const int32_t* chunk_offset, int HV, int units, const uint8_t* unit_mask,
+                       uint8_t* head_mask, int32_t* budget) {
   const int64_t s = blockIdx.x;
+  const int hv = blockIdx.y;
   const int64_t n = chunk_offset[s + 1] - chunk_offset[s];
   const int64_t base = int64_t(chunk_offset[s]) * HV;
-  const int per_unit = HV / units;
-  for (int64_t e = threadIdx.x; e < n * HV; e += blockDim.x) {
-    const int64_t hv = e / n, c = e % n;
-    head_mask[base + e] = unit_mask[base + (hv / per_unit) * n + c] == 1;  // 2: blocked by a cap
+  const int per_unit = HV / units, u = hv / per_unit;
+  const uint8_t* from = unit_mask + base + u * n;
+  uint8_t* to = head_mask + base + hv * n;
+  int kept = 0;
+  for (int64_t c = threadIdx.x; c < n; c += blockDim.x) {
+    const bool keep = from[c] == 1;  // 2: blocked by a cap
+    to[c] = keep;
+    kept += keep;
   }
-  for (int u = threadIdx.x; u < units; u += blockDim.x) {
-    int32_t kept = 0;
-    for (int64_t c = 0; c < n; ++c) kept += unit_mask[base + u * n + c] == 1;
-    budget[s * units + u] = kept;
-  }
+  if (hv % per_unit != 0) return;
+  using BlockReduce = cub::BlockReduce<int, kThreads>;
+  __shared__ typename BlockReduce::TempStorage temp;
+  const int total = BlockReduce(temp).Sum(kept);
+  if (threadIdx.x == 0) budget[s * units + u] = total;
 }
 
 // ---------------------------------------------------------------------------------------------------------
@@ -2187,13 +2187,8 @@ std::string forward(const Problem& p, const DeviceTensors& t, void* workspace, s
 
   StageTimer timer(stream);
   // 1. chunk table
-  const int32_t* cu = t.cu_seqlens;
-  if (!cu) {
-    if (S != 1) return "cu_seqlens is required when num_seqs > 1";
-    default_cu_seqlens_kernel<<<1, 1, 0, stream>>>(ws.cu_default, p.total_tokens);
-    SGDN_TRY_LAUNCH("default_cu_seqlens_kernel");
-    cu = ws.cu_default;
-  }
+  const int32_t* cu = t.cu_seqlens;  // null: one sequence of all the tokens
+  if (!cu && S != 1) return "cu_seqlens is required when num_seqs > 1";
   sequence_table_kernel<<<1, 1, 0, stream>>>(cu, S, p.total_tokens, p.chunk, p.group, ws.seq_start,
                                              ws.seq_len, ws.chunk_offset, ws.group_offset);
   SGDN_TRY_LAUNCH("sequence_table_kernel");
@@ -2323,8 +2318,8 @@ std::string forward(const Problem& p, const DeviceTensors& t, void* workspace, s
       SGDN_TRY_LAUNCH("mark_threshold_kernel");
       break;
   }
-  expand_mask_kernel<<<unsigned(S), kThreads, 0, stream>>>(ws.chunk_offset, HV, units, ws.unit_mask,
-                                                           head_mask, budget);
+  expand_mask_kernel<<<dim3(unsigned(S), unsigned(HV)), kThreads, 0, stream>>>(
+      ws.chunk_offset, HV, units, ws.unit_mask, head_mask, budget);
   SGDN_TRY_LAUNCH("expand_mask_kernel");
 
   timer.mark("selection");

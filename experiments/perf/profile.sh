@@ -9,12 +9,19 @@ export SGDN_CUDA_LIB=$DIST/libsgdn_cuda_capi.so
 NCU=$(command -v ncu || echo /usr/local/cuda/bin/ncu)
 REP=/tmp/sgdn_profile
 # stages.py runs each configuration twice (warm-up, then timed): skip the warm-up's three kernels.
-timeout 240 "$NCU" -f -o "$REP" --set full --import-source no -k regex:"prepare_tc|recurrence_tc|output_tc" \
-  --launch-skip 3 --launch-count 3 python3 experiments/perf/stages.py "${T:-32768}" > /tmp/ncu_run.log 2>&1
+# KERNELS="prepare_tc" (a regex alternative of the three names) profiles fewer of them.
+KERNELS=${KERNELS:-prepare_tc|recurrence_tc|output_tc}
+N=$(echo "$KERNELS" | tr '|' '\n' | wc -l)
+timeout 240 "$NCU" -f -o "$REP" --set full --import-source no -k regex:"$KERNELS" \
+  --launch-skip "$N" --launch-count "$N" python3 experiments/perf/stages.py "${T:-32768}" > /tmp/ncu_run.log 2>&1
 echo "ncu rc=$?" > "$OUT/profile.txt"
 tail -5 /tmp/ncu_run.log >> "$OUT/profile.txt"
 "$NCU" -i "$REP.ncu-rep" --page details --print-units base >> "$OUT/profile.txt" 2>&1
-for kernel in recurrence_tc prepare_tc output_tc; do
+# Why warps wait: cycles per issued instruction by stall reason, the largest first.
+"$NCU" -i "$REP.ncu-rep" --page raw --print-units base 2>&1 |
+  grep -E "Context [0-9]+, Stream|smsp__average_warps_issue_stalled_[a-z_]+_per_issue_active.ratio" |
+  awk '/Context/ {print substr($0, 1, 60); next} $NF + 0 >= 0.1 {print $1, $NF}' >> "$OUT/profile.txt"
+for kernel in $(echo "$KERNELS" | tr '|' ' '); do
   "$NCU" -i "$REP.ncu-rep" --page source --csv --print-source sass -k regex:$kernel > /tmp/src_$kernel.csv 2>&1
   python3 - /tmp/src_$kernel.csv $kernel >> "$OUT/profile.txt" <<'PY'
 import csv, sys
