@@ -1100,12 +1100,13 @@ constexpr int kLdX = 16;       // fp32 row stride of the block solve's X (a warp
 // together; B (and A, unless it comes from registers) is read from shared memory through a descriptor, once
 // for the whole warpgroup (mma.sync has every warp load its own copy of B through ldmatrix). The
 // accumulator's thread layout is mma.sync's m16n8 C fragment: warp w on rows 16w.., entries 4j..4j+3 for
-// columns 8j... Operand tiles (64 x 128 bf16) use the 128-byte swizzle that wgmma reads: two halves of 64
-// columns, each 64 rows of 128 bytes whose 16-byte pieces are permuted by the row (piece p of row r at p ^ (r
-// & 7)), 1024- byte aligned (sw128). A copy or a read of one row's half by a quarter-warp is one 128-byte
-// line, and a warp's copies take two whole rows of memory. The descriptor's strides are 1024 bytes (8 rows);
-// a step of k (16) moves the start by 32 bytes read k-major (k along the columns: K Kᵀ, U Uᵀ) or by 2048
-// bytes read mn-major (k along the rows: the second operand of A V and A K, whose 64 columns are one half).
+// columns 8j...
+// Operand tiles (64 x 128 bf16) use the 128-byte swizzle that wgmma reads (sw128): two halves of 64 columns,
+// each 64 rows of 128 bytes whose 16-byte pieces are permuted by the row (piece p of row r at p ^ r % 8),
+// aligned to 1024 bytes. A copy or a read of one row's half by a quarter-warp is one 128-byte line, and a
+// warp's copies take two whole rows of memory. The descriptor's strides are 1024 bytes (8 rows); a step of k
+// (16) moves the start by 32 bytes read k-major (k along the columns: K Kᵀ, U Uᵀ) or by 2048 bytes read
+// mn-major (k along the rows: the second operand of A V and A K, whose 64 columns are one half).
 __device__ __forceinline__ int sw128(int r, int c) {
   return (c >> 6) * (kC * 64) + r * 64 + ((((c >> 3) & 7) ^ (r & 7)) << 3) + (c & 7);
 }
