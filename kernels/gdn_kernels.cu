@@ -1079,15 +1079,23 @@ __device__ __forceinline__ void cp_async_wait_but(int pending) {
     cp_async_wait_all();
 }
 
-// rows x 128 bf16 from global rows (row stride `gstride` elements) into a [rows][kLd] tile; rows >= len
-// become zeros. Every thread of the block takes part.
+// rows x 128 bf16 from global rows (row stride `gstride` elements) into a tile whose element (r, c) is at
+// dst + at(r, c); rows >= len become zeros. Every thread of the block takes part, 16 consecutive threads per
+// row.
+template <class At>
+__device__ __forceinline__ void copy_rows_at(bf16* dst, At at, const bf16* src, int64_t gstride, int len,
+                                             int rows = kC) {
+  for (int e = threadIdx.x; e < rows * (kD / 8); e += blockDim.x) {
+    const int i = e >> 4, col = (e & 15) * 8;
+    const bool valid = i < len;
+    cp_async16(dst + at(i, col), src + (valid ? int64_t(i) * gstride : 0) + col, valid);
+  }
+}
+// The same into a [rows][kLd] tile.
 __device__ __forceinline__ void copy_rows(bf16* dst, const bf16* src, int64_t gstride, int len,
                                           int rows = kC) {
-  for (int e = threadIdx.x; e < rows * (kD / 8); e += blockDim.x) {
-    const int i = e >> 4, part = e & 15;
-    const bool valid = i < len;
-    cp_async16(dst + i * kLd + part * 8, src + (valid ? int64_t(i) * gstride : 0) + part * 8, valid);
-  }
+  copy_rows_at(
+      dst, [](int r, int c) { return r * kLd + c; }, src, gstride, len, rows);
 }
 
 // ---- prepare: γ, L (band), T = (I + L)^-1 in fp32, U = T diag(β) V, W = T diag(β e^γ) K in bf16, Γ,
@@ -1143,16 +1151,15 @@ __device__ __forceinline__ void fence_proxy_async() {
       "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]),            \
       "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]),            \
       "+f"(d[30]), "+f"(d[31])
-// d (64 x 64) (+)= A B, both from shared memory through descriptors; TA / TB: A / B stored mn-major
-// (transposed) instead of k-major. Accumulates when `accumulate` is nonzero, else overwrites.
-template <int TA, int TB>
+// d (64 x 64) (+)= A B, both from shared memory through descriptors, both stored k-major. Accumulates when
+// `accumulate` is nonzero, else overwrites.
 __device__ __forceinline__ void wgmma_m64n64k16_ss(float (&d)[32], uint64_t da, uint64_t db, int accumulate) {
   asm volatile(
       "{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
       "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 " SGDN_WGMMA_ACC32_REGS
-      ", %32, %33, p, 1, 1, %35, %36;\n}\n"
+      ", %32, %33, p, 1, 1, 0, 0;\n}\n"
       : SGDN_WGMMA_ACC32(d)
-      : "l"(da), "l"(db), "r"(accumulate), "n"(TA), "n"(TB));
+      : "l"(da), "l"(db), "r"(accumulate));
 }
 // d (64 x 64) (+)= A B, A from registers (this warp's 16 x 16 fragment, mma.sync's A layout), B from shared
 // memory stored mn-major (transposed: its 16-byte pieces run along n).
@@ -1164,15 +1171,6 @@ __device__ __forceinline__ void wgmma_m64n64k16_rs_t(float (&d)[32], const uint3
       ", {%32,%33,%34,%35}, %36, p, 1, 1, 1;\n}\n"
       : SGDN_WGMMA_ACC32(d)
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(accumulate));
-}
-// 64 rows x 128 bf16 from global rows (row stride `gstride` elements) into an sw128 tile; rows >= len become
-// zeros. Every thread of the block takes part; 16 consecutive threads copy one row.
-__device__ __forceinline__ void copy_rows_sw128(bf16* dst, const bf16* src, int64_t gstride, int len) {
-  for (int e = threadIdx.x; e < kC * (kD / 8); e += blockDim.x) {
-    const int i = e >> 4, col = (e & 15) * 8;
-    const bool valid = i < len;
-    cp_async16(dst + sw128(i, col), src + (valid ? int64_t(i) * gstride : 0) + col, valid);
-  }
 }
 // This warp's rows of a wgmma accumulator (16 x 64 at column c0), rounded to bf16, into an sw128 tile (a
 // warp's 4-byte stores for one n8 tile fall in 32 distinct banks).
@@ -1274,18 +1272,6 @@ __device__ __forceinline__ void rs_product(float (&acc)[32], const uint32_t (&f)
   wgmma_commit();
   wgmma_wait_all(acc);
 }
-// D (64 x 64) (+)= A B over KSteps steps of 16, both operands from descriptors moved by a_step / b_step per
-// step (TA / TB: stored mn-major); onto D's contents when `accumulate`, else from zero.
-template <int TA, int TB, int KSteps>
-__device__ __forceinline__ void ss_product(float (&acc)[32], uint64_t da, uint32_t a_step, uint64_t db,
-                                           uint32_t b_step, bool accumulate) {
-  wgmma_fence();
-#pragma unroll
-  for (int ks = 0; ks < KSteps; ++ks)
-    wgmma_m64n64k16_ss<TA, TB>(acc, da + ks * a_step, db + ks * b_step, accumulate || ks > 0);
-  wgmma_commit();
-  wgmma_wait_all(acc);
-}
 // D (64 x 128) = A B (k = 64) into `out` (sw128, this warp's rows), two products of 64 columns so that half
 // the accumulator registers are live.
 __device__ __forceinline__ void wy_product(bf16* out, const uint32_t (&f)[4][4], const bf16* b) {
@@ -1296,14 +1282,17 @@ __device__ __forceinline__ void wy_product(bf16* out, const uint32_t (&f)[4][4],
     store_acc_sw128(out, acc, half * 64);
   }
 }
-// D (64 x 64) (+)= X Yᵀ over one 64-column half of sw128 tiles X, Y (k-major, four steps).
-__device__ __forceinline__ void abt_half(float (&acc)[32], const bf16* x, const bf16* y, bool accumulate) {
-  ss_product<0, 0, kC / 16>(acc, sw128_desc(x), kSwKMajorStep, sw128_desc(y), kSwKMajorStep, accumulate);
-}
-// D (64 x 64) = X Yᵀ over k = 128 for sw128 tiles X, Y (K Kᵀ, U Uᵀ).
+// D (64 x 64) = X Yᵀ over k = 128 for sw128 tiles X, Y (K Kᵀ, U Uᵀ): four steps in each 64-column half.
 __device__ __forceinline__ void abt_product(float (&acc)[32], const bf16* x, const bf16* y) {
-  abt_half(acc, x, y, false);
-  abt_half(acc, x + kC * 64, y + kC * 64, true);
+  wgmma_fence();
+#pragma unroll
+  for (int ks = 0; ks < kD / 16; ++ks) {
+    const int half = ks / 4, step = ks % 4;
+    wgmma_m64n64k16_ss(acc, sw128_desc(x + half * kC * 64) + step * kSwKMajorStep,
+                       sw128_desc(y + half * kC * 64) + step * kSwKMajorStep, ks);
+  }
+  wgmma_commit();
+  wgmma_wait_all(acc);
 }
 
 template <bool Stat>
@@ -1323,7 +1312,7 @@ __global__ void __launch_bounds__(128, 4) prepare_tc_kernel(PrepareArgs a, bf16*
 
   const bf16* kp = static_cast<const bf16*>(a.k) + (t0 * a.H + h) * kD;
   const bf16* vp = static_cast<const bf16*>(a.v) + (t0 * a.HV + hv) * kD;
-  copy_rows_sw128(sm.k, kp, int64_t(a.H) * kD, len);
+  copy_rows_at(sm.k, sw128, kp, int64_t(a.H) * kD, len);
   cp_async_commit();
   const bf16* bp = static_cast<const bf16*>(a.beta);
   if (warp == 0) {
@@ -1433,7 +1422,7 @@ __global__ void __launch_bounds__(128, 4) prepare_tc_kernel(PrepareArgs a, bf16*
   const int64_t slot = id * a.HV + hv;
   bf16* u_out = u_out_all + slot * kC * kD;
   bf16* w_out = w_out_all + slot * kC * kD;
-  copy_rows_sw128(vs, vp, int64_t(a.HV) * kD, len);
+  copy_rows_at(vs, sw128, vp, int64_t(a.HV) * kD, len);
   cp_async_commit();
   uint32_t fw[4][4], fu[4][4];
   t_fragments(fw, sm, true);
