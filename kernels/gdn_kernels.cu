@@ -228,48 +228,129 @@ __device__ __forceinline__ int64_t event_index(const int32_t* chunk_offset, int6
 }
 
 // ---------------------------------------------------------------------------------------------------------
-// 1. Chunk table. cu_seqlens (null: one sequence of all the tokens) is clamped into [0, total] and made
-// monotone so that bad offsets cannot send a kernel out of bounds (the C ABI cannot read them without a
-// synchronisation).
-__global__ void sequence_table_kernel(const int32_t* cu_seqlens, int64_t num_seqs, int64_t total, int chunk,
-                                      int group, int32_t* seq_start, int32_t* seq_len, int32_t* chunk_offset,
-                                      int32_t* group_offset) {
-  if (threadIdx.x != 0 || blockIdx.x != 0) return;
-  int64_t chunks = 0, groups = 0, prev_end = 0;
-  for (int64_t s = 0; s < num_seqs; ++s) {
-    int64_t begin = cu_seqlens ? cu_seqlens[s] : 0, end = cu_seqlens ? cu_seqlens[s + 1] : total;
-    begin = min(max(begin, prev_end), total);
-    end = min(max(end, begin), total);
-    prev_end = end;
-    const int64_t len = end - begin;
-    const int64_t n = (len + chunk - 1) / chunk;
-    seq_start[s] = int32_t(begin);
-    seq_len[s] = int32_t(len);
-    chunk_offset[s] = int32_t(chunks);
-    group_offset[s] = int32_t(groups);
-    chunks += n;
-    groups += (n + group - 1) / group;
-  }
-  chunk_offset[num_seqs] = int32_t(chunks);
-  group_offset[num_seqs] = int32_t(groups);
+// Programmatic dependent launch (sm_90): a kernel launched with `early` (launch_kernel) may start while the
+// kernel before it in the stream still runs. It calls wait_for_previous_grid() before it reads anything that
+// kernel (or any before it) wrote; let_next_grid_start() lets the kernel after it launch early. Both are
+// no-ops in a kernel launched plainly.
+__device__ __forceinline__ void wait_for_previous_grid() {
+  asm volatile("griddepcontrol.wait;\n" ::: "memory");
+}
+__device__ __forceinline__ void let_next_grid_start() {
+  asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
 }
 
-// One block per sequence, and one more for the entries no sequence owns.
-__global__ void chunk_info_kernel(const int32_t* seq_start, const int32_t* seq_len,
-                                  const int32_t* chunk_offset, const int32_t* group_offset, int64_t num_seqs,
-                                  int64_t nmax, int chunk, int group, ChunkInfo* chunks, GroupInfo* groups) {
-  const int64_t s = blockIdx.x;
-  if (s == num_seqs) {
-    for (int64_t c = chunk_offset[s] + threadIdx.x; c < nmax; c += blockDim.x) chunks[c] = {-1, 0, 0, 0};
-    for (int64_t j = group_offset[s] + threadIdx.x; j < nmax; j += blockDim.x)
-      groups[j] = {-1, 0, 0, 0, 0, 0, 0, 0};
-    return;
+// Zeroes `bytes` bytes at `p` (16-byte aligned) with the whole block.
+__device__ void zero_bytes(void* p, size_t bytes) {
+  uint4* p16 = static_cast<uint4*>(p);
+  for (size_t i = threadIdx.x; i < bytes / 16; i += blockDim.x) p16[i] = make_uint4(0, 0, 0, 0);
+  for (size_t i = bytes / 16 * 16 + threadIdx.x; i < bytes; i += blockDim.x) static_cast<uint8_t*>(p)[i] = 0;
+}
+
+// ---------------------------------------------------------------------------------------------------------
+// 1. Chunk table, in one block: the sequences' offsets (block scans), then one record per chunk and per
+// output group, then the zeroed flags and unit mask the later stages expect. cu_seqlens (null: one sequence
+// of all the tokens) is clamped into [0, total] and made monotone, so that bad offsets cannot send a kernel
+// out of bounds (the C ABI cannot read them without a synchronisation): sequence s spans [P_s, P_{s+1}) with
+// P_j the running maximum of cu_seqlens[0..j] clamped into [0, total].
+constexpr int kTableThreads = 1024;
+struct TableArgs {
+  const int32_t* cu_seqlens;
+  int64_t num_seqs, total, nmax;
+  int chunk, group;
+  int32_t *seq_start, *seq_len, *chunk_offset, *group_offset;
+  ChunkInfo* chunks;
+  GroupInfo* groups;
+  void* zero[2];  // regions zeroed before the later stages run (null: none)
+  size_t zero_size[2];
+};
+struct MaxOp {
+  __device__ int32_t operator()(int32_t x, int32_t y) const { return max(x, y); }
+};
+
+// The last s in [0, count) with offset[s] <= i (offset non-decreasing, offset[0] <= i).
+__device__ __forceinline__ int32_t owner_of(const int32_t* offset, int32_t count, int32_t i) {
+  int32_t lo = 0, hi = count - 1;
+  while (lo < hi) {
+    const int32_t mid = (lo + hi + 1) / 2;
+    if (offset[mid] <= i)
+      lo = mid;
+    else
+      hi = mid - 1;
   }
-  const int32_t c0 = chunk_offset[s], n = chunk_offset[s + 1] - c0, start = seq_start[s], len = seq_len[s];
-  for (int32_t c = threadIdx.x; c < n; c += blockDim.x)
-    chunks[c0 + c] = {int32_t(s), c, start + c * chunk, min(chunk, len - c * chunk)};
-  for (int32_t j = group_offset[s] + threadIdx.x; j < group_offset[s + 1]; j += blockDim.x)
-    groups[j] = {int32_t(s), (j - group_offset[s]) * group, n, c0, start, len, 0, 0};
+  return lo;
+}
+
+__global__ void __launch_bounds__(kTableThreads) table_kernel(TableArgs a) {
+  let_next_grid_start();  // the next kernel's blocks may be placed (they wait for this one to complete)
+  using Scan = cub::BlockScan<int32_t, kTableThreads>;
+  __shared__ typename Scan::TempStorage scan;
+  __shared__ int32_t carry[3];  // P at the tile's start, chunks and groups before it
+  const int32_t total = int32_t(a.total);
+  auto clamp_offset = [&](int64_t j) {
+    return a.cu_seqlens ? min(max(a.cu_seqlens[j], 0), total) : (j == 0 ? 0 : total);
+  };
+  if (threadIdx.x == 0) {
+    carry[0] = clamp_offset(0);
+    carry[1] = carry[2] = 0;
+  }
+  __syncthreads();
+  for (int64_t tile = 0; tile < a.num_seqs; tile += kTableThreads) {
+    const int64_t s = tile + threadIdx.x;
+    const bool real = s < a.num_seqs;
+    const int32_t p0 = carry[0], x = real ? clamp_offset(s + 1) : 0;
+    int32_t begin = 0, agg = 0;
+    Scan(scan).ExclusiveScan(x, begin, p0, MaxOp(), agg);  // P_s = max(P at the tile's start, earlier ends)
+    const int32_t end = max(begin, x);
+    __syncthreads();
+    const int32_t len = real ? end - begin : 0;
+    const int32_t n = (len + a.chunk - 1) / a.chunk, groups = (n + a.group - 1) / a.group;
+    int32_t c_before = 0, g_before = 0, c_all = 0, g_all = 0;
+    Scan(scan).ExclusiveSum(n, c_before, c_all);
+    __syncthreads();
+    Scan(scan).ExclusiveSum(groups, g_before, g_all);
+    if (real) {
+      a.seq_start[s] = begin;
+      a.seq_len[s] = len;
+      a.chunk_offset[s] = carry[1] + c_before;
+      a.group_offset[s] = carry[2] + g_before;
+    }
+    __syncthreads();
+    if (threadIdx.x == 0) {
+      carry[0] = max(p0, agg);
+      carry[1] += c_all;
+      carry[2] += g_all;
+    }
+    __syncthreads();
+  }
+  if (threadIdx.x == 0) {
+    a.chunk_offset[a.num_seqs] = carry[1];
+    a.group_offset[a.num_seqs] = carry[2];
+  }
+  __syncthreads();  // the offsets above are visible to the whole block
+  const int32_t S = int32_t(a.num_seqs), chunks = carry[1], groups = carry[2];
+  for (int32_t i = threadIdx.x; i < a.nmax; i += kTableThreads) {
+    if (i < chunks) {
+      const int32_t s = owner_of(a.chunk_offset, S, i), c = i - a.chunk_offset[s];
+      a.chunks[i] = {s, c, a.seq_start[s] + c * a.chunk, min(a.chunk, a.seq_len[s] - c * a.chunk)};
+    } else {
+      a.chunks[i] = {-1, 0, 0, 0};
+    }
+    if (i < groups) {
+      const int32_t s = owner_of(a.group_offset, S, i);
+      a.groups[i] = {s,
+                     (i - a.group_offset[s]) * a.group,
+                     a.chunk_offset[s + 1] - a.chunk_offset[s],
+                     a.chunk_offset[s],
+                     a.seq_start[s],
+                     a.seq_len[s],
+                     0,
+                     0};
+    } else {
+      a.groups[i] = {-1, 0, 0, 0, 0, 0, 0, 0};
+    }
+  }
+  for (int z = 0; z < 2; ++z)
+    if (a.zero[z]) zero_bytes(a.zero[z], a.zero_size[z]);
 }
 
 // ---------------------------------------------------------------------------------------------------------
@@ -407,6 +488,8 @@ __global__ void __launch_bounds__(1024)
     score_kernel(const int32_t* chunk_offset, int HV, int units, int ratio, ScoreKind kind,
                  bool skip_own_group, int group, const float* statistic, const float* chunk_decay,
                  float* head_score, float* unit_score) {
+  wait_for_previous_grid();
+  let_next_grid_start();
   const int64_t s = blockIdx.x;
   const int64_t n = chunk_offset[s + 1] - chunk_offset[s];
   const int64_t base = int64_t(chunk_offset[s]) * HV;
@@ -550,6 +633,8 @@ __global__ void mark_ranks_kernel(const int32_t* chunk_offset, int HV, int units
 __global__ void __launch_bounds__(1024)
     select_budget_kernel(const int32_t* chunk_offset, int HV, int units, int tie_bits, double rho,
                          const float* unit_score, uint64_t* keys, uint8_t* unit_mask) {
+  wait_for_previous_grid();
+  let_next_grid_start();
   using BlockScan = cub::BlockScan<int, 1024>;
   __shared__ typename BlockScan::TempStorage scan_storage;
   __shared__ int hist[256];
@@ -627,15 +712,12 @@ __global__ void mark_shared_budget_kernel(const int32_t* chunk_offset, int HV, i
   }
 }
 
-__global__ void mark_dense_stride_kernel(const int32_t* chunk_offset, int HV, int units, bool dense,
-                                         double rho, uint8_t* unit_mask) {
+// `stride`: chunk ⌊(2i+1)N/(2k)⌋ of each unit, i < k = round(ρN).
+__global__ void mark_stride_kernel(const int32_t* chunk_offset, int HV, int units, double rho,
+                                   uint8_t* unit_mask) {
   const int64_t s = blockIdx.x;
   const int64_t n = chunk_offset[s + 1] - chunk_offset[s];
   const int64_t base = int64_t(chunk_offset[s]) * HV;
-  if (dense) {
-    for (int64_t e = threadIdx.x; e < n * units; e += blockDim.x) unit_mask[base + e] = 1;
-    return;
-  }
   const int64_t keep = min_i64(n, budget_of(rho, n));
   for (int64_t e = threadIdx.x; e < keep * units; e += blockDim.x) {
     const int64_t u = e / keep, i = e % keep;
@@ -699,22 +781,27 @@ __global__ void mark_threshold_kernel(const int32_t* chunk_offset, int HV, int u
 }
 
 // Unit mask -> value-head mask, one block per (sequence, value head), and the budget each unit received
-// (counted by the block of the unit's first head).
+// (counted by the block of the unit's first head). With no unit mask (the dense selector) every event is
+// kept, and `zero_score`, where given, receives the head's scores (all zero: a dense run without a score
+// computes none), so that a dense run needs no other selection kernel.
 __global__ void __launch_bounds__(kThreads)
     expand_mask_kernel(const int32_t* chunk_offset, int HV, int units, const uint8_t* unit_mask,
-                       uint8_t* head_mask, int32_t* budget) {
+                       uint8_t* head_mask, int32_t* budget, float* zero_score) {
+  wait_for_previous_grid();
+  let_next_grid_start();
   const int64_t s = blockIdx.x;
   const int hv = blockIdx.y;
   const int64_t n = chunk_offset[s + 1] - chunk_offset[s];
   const int64_t base = int64_t(chunk_offset[s]) * HV;
   const int per_unit = HV / units, u = hv / per_unit;
-  const uint8_t* from = unit_mask + base + u * n;
+  const uint8_t* from = unit_mask ? unit_mask + base + u * n : nullptr;
   uint8_t* to = head_mask + base + hv * n;
   int kept = 0;
   for (int64_t c = threadIdx.x; c < n; c += blockDim.x) {
-    const bool keep = from[c] == 1;  // 2: blocked by a cap
+    const bool keep = !from || from[c] == 1;  // 2: blocked by a cap
     to[c] = keep;
     kept += keep;
+    if (zero_score) zero_score[base + hv * n + c] = 0.f;
   }
   if (hv % per_unit != 0) return;
   using BlockReduce = cub::BlockReduce<int, kThreads>;
@@ -1297,6 +1384,10 @@ __device__ __forceinline__ void abt_product(float (&acc)[32], const bf16* x, con
 
 template <bool Stat>
 __global__ void __launch_bounds__(128, 4) prepare_tc_kernel(PrepareArgs a, bf16* u_out_all, bf16* w_out_all) {
+  // The chunk table (and a dense run's selection) complete. No early start for the kernel after this one: a
+  // 2-stage recurrence placed while the last pre-pass blocks run would put two blocks on some
+  // multiprocessors (measured: dense 32K-128K 3-4 % slower), where one each leaves room for an output block.
+  wait_for_previous_grid();
   const int64_t id = blockIdx.x;
   const int hv = blockIdx.y;
   const ChunkInfo ci = load_chunk_info(a.chunk_info, id);
@@ -1518,15 +1609,17 @@ __global__ void __launch_bounds__(kRecThreads)
   const int V = kD;
   const int h = hv / (a.HV / a.H);
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, gq = lane >> 2, tq = lane & 3;
+  wait_for_previous_grid();  // the selection (and the pre-pass before it) complete
   const int64_t n = a.chunk_offset[s + 1] - a.chunk_offset[s];
   const int64_t slot_base = snapshot_slot_base(a.chunk_offset[s], s, a.HV, hv, n);
   const int64_t ev_base = int64_t(a.chunk_offset[s]) * a.HV + int64_t(hv) * n;
   extern __shared__ __align__(16) unsigned char smem_raw[];
   RecSmem<NS>& sm = *reinterpret_cast<RecSmem<NS>*>(smem_raw);
   const bf16* kp = static_cast<const bf16*>(a.k);
-  // Every block of this grid is resident once all have passed here: the output stage may launch beside it
-  // (its blocks wait on `progress`, never the other way round, so no block can starve this grid).
-  asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
+  // Every block of this grid is resident once all have passed here, and the kernels before it are complete:
+  // the output stage may launch beside it (its blocks wait on `progress`, never the other way round, so no
+  // block can starve this grid; they read the pre-pass's results at once).
+  let_next_grid_start();
   int32_t* progress = a.progress + progress_flag_index(s, a.HV, hv, gridDim.z, blockIdx.z);
   int64_t published = 0;
   // Chunks [0, upto) have their group records (written by block z = 0) and the snapshots those name (each
@@ -1758,8 +1851,7 @@ struct OutSmem {
 // output grid completes after it and the work behind it in the stream may rely on both (the other blocks
 // leave at once: their multiprocessors go to the next output blocks while the recurrence runs).
 __device__ __forceinline__ void finish_output_block(int32_t* blocks_done) {
-  if (threadIdx.x == 0 && atomicAdd(blocks_done, 1) == int32_t(gridDim.x) - 1)
-    asm volatile("griddepcontrol.wait;\n" ::: "memory");
+  if (threadIdx.x == 0 && atomicAdd(blocks_done, 1) == int32_t(gridDim.x) - 1) wait_for_previous_grid();
 }
 
 template <class Out>
@@ -2000,15 +2092,18 @@ int recurrence_stages(const Problem& p) {
   if (forced == 2 || forced == 3) return forced;
   return p.selector == SelectorKind::dense ? 2 : 3;
 }
-// Launches `kernel` (named `name` in errors) with its dynamic shared memory. beside_previous: programmatic
-// dependent launch, the kernel may start while the kernel before it in the stream still runs. Only the
-// tensor-core output stage asks for it: its blocks wait on the recurrence's progress flags, so each starts as
-// soon as its group's snapshot exists, on the multiprocessors the recurrence leaves free (the recurrence
-// never waits on it, so no launch order can deadlock). SGDN_CUDA_SERIAL_OUTPUTS=1 launches it plainly instead
-// (a measuring aid).
+// Launches `kernel` (named `name` in errors) with its dynamic shared memory. early: programmatic dependent
+// launch, the kernel's blocks may be placed while the kernel before it in the stream still runs (from the
+// moment all of that kernel's blocks have called let_next_grid_start(), or have exited); the kernel calls
+// wait_for_previous_grid() before it reads what came before. The selection's kernels, the tensor-core
+// pre-pass and the recurrence are launched so: each one's launch overlaps the end of the one before, without
+// the gap of a plain launch. The tensor-core output stage goes further: its blocks wait on the recurrence's
+// progress flags, so each starts as soon as its group's snapshot exists, on the multiprocessors the
+// recurrence leaves free (the recurrence never waits on it, so no launch order can deadlock).
+// SGDN_CUDA_SERIAL_OUTPUTS=1 launches every kernel plainly (a measuring aid).
 template <class... Params, class... Args>
 std::string launch_kernel(const char* name, void (*kernel)(Params...), dim3 grid, int threads, size_t smem,
-                          cudaStream_t stream, bool beside_previous, Args... args) {
+                          cudaStream_t stream, bool early, Args... args) {
   if (cudaError_t status =
           cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem));
       status != cudaSuccess)
@@ -2022,7 +2117,7 @@ std::string launch_kernel(const char* name, void (*kernel)(Params...), dim3 grid
   config.dynamicSmemBytes = smem;
   config.stream = stream;
   config.attrs = &overlap;
-  config.numAttrs = beside_previous && measuring_switch("SGDN_CUDA_SERIAL_OUTPUTS") != 1 ? 1 : 0;
+  config.numAttrs = early && measuring_switch("SGDN_CUDA_SERIAL_OUTPUTS") != 1 ? 1 : 0;
   if (cudaError_t status = cudaLaunchKernelEx(&config, kernel, args...); status != cudaSuccess)
     return std::string("CUDA error launching ") + name + ": " + cudaGetErrorString(status);
   return {};
@@ -2179,14 +2274,34 @@ std::string forward(const Problem& p, const DeviceTensors& t, void* workspace, s
   // 1. chunk table
   const int32_t* cu = t.cu_seqlens;  // null: one sequence of all the tokens
   if (!cu && S != 1) return "cu_seqlens is required when num_seqs > 1";
-  sequence_table_kernel<<<1, 1, 0, stream>>>(cu, S, p.total_tokens, p.chunk, p.group, ws.seq_start,
-                                             ws.seq_len, ws.chunk_offset, ws.group_offset);
-  SGDN_TRY_LAUNCH("sequence_table_kernel");
-  chunk_info_kernel<<<unsigned(S + 1), kThreads, 0, stream>>>(ws.seq_start, ws.seq_len, ws.chunk_offset,
-                                                              ws.group_offset, S, nmax, p.chunk, p.group,
-                                                              ws.chunk_info, ws.group_info);
-  SGDN_TRY_LAUNCH("chunk_info_kernel");
-  SGDN_TRY_CUDA(cudaMemsetAsync(ws.unit_mask, 0, size_t(nmax) * HV, stream));
+  // Only the selectors that mark some events keep a unit mask; the tensor-core stages' flags start at zero.
+  const bool dense = p.selector == SelectorKind::dense;
+  TableArgs table{cu,
+                  S,
+                  p.total_tokens,
+                  nmax,
+                  p.chunk,
+                  p.group,
+                  ws.seq_start,
+                  ws.seq_len,
+                  ws.chunk_offset,
+                  ws.group_offset,
+                  ws.chunk_info,
+                  ws.group_info,
+                  {dense ? nullptr : ws.unit_mask, ws.progress},
+                  {size_t(nmax) * HV, ws.flags_bytes}};
+  table_kernel<<<1, kTableThreads, 0, stream>>>(table);
+  SGDN_TRY_LAUNCH("table_kernel");
+
+  // The dense selector keeps every event: its mask, budgets and (zero) scores need nothing from the pre-pass.
+  const bool no_scores = p.score == ScoreKind::none;
+  auto expand_mask = [&](const uint8_t* unit_mask, float* zero_score) {
+    return launch_kernel("expand_mask_kernel", expand_mask_kernel, dim3(unsigned(S), unsigned(HV)), kThreads,
+                         0, stream, true, ws.chunk_offset, HV, units, unit_mask, head_mask, budget,
+                         zero_score);
+  };
+  if (dense)
+    if (std::string e = expand_mask(nullptr, no_scores ? head_score : nullptr); !e.empty()) return e;
 
   timer.mark("table");
   // 2. pre-pass
@@ -2216,9 +2331,9 @@ std::string forward(const Problem& p, const DeviceTensors& t, void* workspace, s
   std::string err;
   if (use_tc)
     err = prep.want_statistic ? launch_kernel("prepare_tc_kernel", tc::prepare_tc_kernel<true>, chunk_grid,
-                                              128, tc::prepare_tc_smem(), stream, false, prep, u_tc, w_tc)
+                                              128, tc::prepare_tc_smem(), stream, true, prep, u_tc, w_tc)
                               : launch_kernel("prepare_tc_kernel", tc::prepare_tc_kernel<false>, chunk_grid,
-                                              128, tc::prepare_tc_smem(), stream, false, prep, u_tc, w_tc);
+                                              128, tc::prepare_tc_smem(), stream, true, prep, u_tc, w_tc);
   else
     err = bf16 ? launch_prepare<__nv_bfloat16>(p, prep, chunk_grid, stream)
                : launch_prepare<float>(p, prep, chunk_grid, stream);
@@ -2226,10 +2341,12 @@ std::string forward(const Problem& p, const DeviceTensors& t, void* workspace, s
 
   timer.mark("prepare");
   // 3. scores
-  score_kernel<<<unsigned(S), 1024, 0, stream>>>(ws.chunk_offset, HV, units, p.ratio(), p.score,
-                                                 p.survival_skip_own_group, p.group, ws.statistic,
-                                                 ws.chunk_decay, head_score, ws.unit_score);
-  SGDN_TRY_LAUNCH("score_kernel");
+  if (!(dense && no_scores)) {
+    err = launch_kernel("score_kernel", score_kernel, dim3(unsigned(S)), 1024, 0, stream, true,
+                        ws.chunk_offset, HV, units, p.ratio(), p.score, p.survival_skip_own_group, p.group,
+                        ws.statistic, ws.chunk_decay, head_score, ws.unit_score);
+    if (!err.empty()) return err;
+  }
 
   timer.mark("scores");
   // 4. selection
@@ -2256,11 +2373,12 @@ std::string forward(const Problem& p, const DeviceTensors& t, void* workspace, s
     return {};
   };
   switch (p.selector) {
-    case SelectorKind::dense:
+    case SelectorKind::dense:  // expanded before the pre-pass
+      break;
     case SelectorKind::stride:
-      mark_dense_stride_kernel<<<unsigned(S), kThreads, 0, stream>>>(
-          ws.chunk_offset, HV, units, p.selector == SelectorKind::dense, p.rho, ws.unit_mask);
-      SGDN_TRY_LAUNCH("mark_dense_stride_kernel");
+      mark_stride_kernel<<<unsigned(S), kThreads, 0, stream>>>(ws.chunk_offset, HV, units, p.rho,
+                                                               ws.unit_mask);
+      SGDN_TRY_LAUNCH("mark_stride_kernel");
       break;
     case SelectorKind::random: {
       const int64_t tasks = S * units;
@@ -2278,9 +2396,10 @@ std::string forward(const Problem& p, const DeviceTensors& t, void* workspace, s
       break;
     case SelectorKind::head_budget:
       if (p.min_per_head == 0 && p.max_fraction >= 1) {
-        select_budget_kernel<<<unsigned(S), 1024, 0, stream>>>(ws.chunk_offset, HV, units, tie_bits, p.rho,
-                                                               ws.unit_score, ws.keys_in, ws.unit_mask);
-        SGDN_TRY_LAUNCH("select_budget_kernel");
+        err = launch_kernel("select_budget_kernel", select_budget_kernel, dim3(unsigned(S)), 1024, 0, stream,
+                            true, ws.chunk_offset, HV, units, tie_bits, p.rho, ws.unit_score, ws.keys_in,
+                            ws.unit_mask);
+        if (!err.empty()) return err;
         break;
       }
       // With a floor or a cap: each unit's events in score order first, then the shared walk.
@@ -2308,9 +2427,8 @@ std::string forward(const Problem& p, const DeviceTensors& t, void* workspace, s
       SGDN_TRY_LAUNCH("mark_threshold_kernel");
       break;
   }
-  expand_mask_kernel<<<dim3(unsigned(S), unsigned(HV)), kThreads, 0, stream>>>(
-      ws.chunk_offset, HV, units, ws.unit_mask, head_mask, budget);
-  SGDN_TRY_LAUNCH("expand_mask_kernel");
+  if (!dense)
+    if (std::string e = expand_mask(ws.unit_mask, nullptr); !e.empty()) return e;
 
   timer.mark("selection");
   // 5. sparse recurrence
@@ -2341,7 +2459,6 @@ std::string forward(const Problem& p, const DeviceTensors& t, void* workspace, s
                      ws.progress};
   if (use_tc) {
     const dim3 grid{unsigned(S), unsigned(HV), unsigned(tc::kD / tc::kVT)};
-    SGDN_TRY_CUDA(cudaMemsetAsync(ws.progress, 0, ws.flags_bytes, stream));
     const int stages = recurrence_stages(p);
     const auto rec_kernel = stages == 2 ? tc::recurrence_tc_kernel<2> : tc::recurrence_tc_kernel<3>;
     // A multiprocessor that runs a 2-stage recurrence block keeps all of its shared memory (228 KB)
@@ -2352,7 +2469,7 @@ std::string forward(const Problem& p, const DeviceTensors& t, void* workspace, s
       SGDN_TRY_CUDA(cudaFuncSetAttribute(rec_kernel, cudaFuncAttributePreferredSharedMemoryCarveout,
                                          int(cudaSharedmemCarveoutMaxShared)));
     err = launch_kernel("recurrence_tc_kernel", rec_kernel, grid, tc::kRecThreads,
-                        tc::recurrence_tc_smem(stages), stream, false, rec, u_tc, w_tc);
+                        tc::recurrence_tc_smem(stages), stream, true, rec, u_tc, w_tc);
   } else {
     const dim3 rec_grid{unsigned(S), unsigned(HV), unsigned(vtiles)};
     err = bf16 ? launch_recurrence<__nv_bfloat16>(p, rec, rec_grid, stream)

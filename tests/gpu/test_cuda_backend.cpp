@@ -269,6 +269,9 @@ struct VarlenCase {
   std::map<std::string, std::string> selector_params;
   double tolerance = 1e-4;
   bool tensor_cores = false;  // bf16 tensor-core path: scores may differ in the last bits, so masks may too
+  // cu_seqlens as the device receives them, where not the running sum of `lengths` (out of range or not
+  // monotone: the chunk table must clamp them to the sequences of `lengths`).
+  std::vector<int32_t> cu_given;
 };
 
 // q, k, v, beta rounded to bf16 in place: what the GPU reads in bf16, for references that read the same.
@@ -392,8 +395,10 @@ double check_varlen(const VarlenCase& vc) {
   t.beta = upload(packed.beta.values(), vc.bf16);
   t.g = static_cast<const float*>(upload(packed.g.values(), false));
   t.initial_state = static_cast<const float*>(upload(s0, false));
+  const std::vector<int32_t>& cu_device = vc.cu_given.empty() ? cu : vc.cu_given;
+  REQUIRE(cu_device.size() == cu.size());
   void* dcu = alloc(cu.size() * 4, 0);
-  REQUIRE(cudaMemcpy(dcu, cu.data(), cu.size() * 4, cudaMemcpyHostToDevice) == cudaSuccess);
+  REQUIRE(cudaMemcpy(dcu, cu_device.data(), cu.size() * 4, cudaMemcpyHostToDevice) == cudaSuccess);
   t.cu_seqlens = static_cast<const int32_t*>(dcu);
   const size_t out_elem = vc.out_bf16 ? 2 : 4;
   t.o = alloc(size_t(total * HV * V) * out_elem, 0xFF);
@@ -495,6 +500,25 @@ TEST_CASE("CUDA packed variable-length batch matches per-sequence references", "
     std::printf("varlen head_budget %s vs run_cpu per sequence: worst rel err %.3e\n", bf16 ? "bf16" : "fp32",
                 sparse_err);
   }
+  // More sequences than the chunk table's block has threads (its scans run in tiles), many of them empty or
+  // shorter than a chunk; small heads so that the per-sequence references stay cheap.
+  VarlenCase many;
+  many.H = 1;
+  many.HV = 2;
+  many.K = many.V = 16;
+  const int64_t cycle[] = {0, 1, 3, 17, 64, 65, 0, 5, 130, 2, 63};
+  for (int i = 0; i < 1100; ++i) many.lengths.push_back(cycle[i % 11]);
+  const double many_err = check_varlen(many);
+  std::printf("varlen dense fp32, 1100 sequences (lengths 0-130): worst rel err %.3e\n", many_err);
+  // cu_seqlens out of range and decreasing: clamped into [0, total] and made monotone, i.e. the sequences
+  // [0, 300), [300, 300), [300, 400).
+  VarlenCase clamped;
+  clamped.lengths = {300, 0, 100};
+  clamped.cu_given = {-5, 300, 200, 5000};
+  clamped.group = 2;
+  const double clamped_err = check_varlen(clamped);
+  std::printf("varlen dense fp32, cu_seqlens -5,300,200,5000 over 400 tokens: worst rel err %.3e\n",
+              clamped_err);
   VarlenCase out16;
   out16.lengths = {100, 200};
   out16.bf16 = out16.out_bf16 = true;

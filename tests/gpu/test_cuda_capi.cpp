@@ -149,6 +149,34 @@ TEST_CASE("C ABI rejects bad input with a status and a message", "[gpu][capi]") 
             cudaSuccess);
     CHECK(budget == std::vector<int32_t>(static_cast<size_t>(H), 2));
   }
+  SECTION("the dense selector reports every event kept, its budgets and its scores") {
+    // T = 100: N = 2 chunks per head, H units (pair granularity). Without a score the scores are zeros; with
+    // one they are the score's (here zeros too: v = 0 writes nothing into the state), never the poison.
+    for (int32_t score : {SGDN_CUDA_SCORE_NONE, SGDN_CUDA_SCORE_SURVIVAL}) {
+      INFO("score code " << score);
+      sgdn_cuda_config dense = config;
+      dense.score = score;
+      sgdn_cuda_tensors events = t;
+      events.event_mask = static_cast<uint8_t*>(arena.alloc(size_t(HV * 2)));
+      events.event_score = static_cast<float*>(arena.alloc(size_t(HV * 2) * 4));
+      events.budget = static_cast<int32_t*>(arena.alloc(size_t(H) * 4));
+      REQUIRE(cudaMemset(events.event_mask, 0xFF, size_t(HV * 2)) == cudaSuccess);
+      REQUIRE(cudaMemset(events.event_score, 0xFF, size_t(HV * 2) * 4) == cudaSuccess);  // NaN
+      REQUIRE(cudaMemset(events.budget, 0xFF, size_t(H) * 4) == cudaSuccess);
+      REQUIRE(sgdn_cuda_forward(&dense, &events, workspace, bytes, nullptr) == SGDN_CUDA_OK);
+      std::vector<uint8_t> mask(size_t(HV * 2));
+      std::vector<float> scores(size_t(HV * 2));
+      std::vector<int32_t> budget(static_cast<size_t>(H));
+      REQUIRE(cudaMemcpy(mask.data(), events.event_mask, mask.size(), cudaMemcpyDeviceToHost) == cudaSuccess);
+      REQUIRE(cudaMemcpy(scores.data(), events.event_score, scores.size() * 4, cudaMemcpyDeviceToHost) ==
+              cudaSuccess);
+      REQUIRE(cudaMemcpy(budget.data(), events.budget, budget.size() * 4, cudaMemcpyDeviceToHost) ==
+              cudaSuccess);
+      CHECK(mask == std::vector<uint8_t>(mask.size(), 1));
+      CHECK(budget == std::vector<int32_t>(budget.size(), 2));  // a unit's events: its N chunks
+      CHECK(scores == std::vector<float>(scores.size(), 0.f));
+    }
+  }
   SECTION("workspace too small") {
     CHECK(sgdn_cuda_forward(&config, &t, workspace, bytes / 2, nullptr) == SGDN_CUDA_WORKSPACE_TOO_SMALL);
   }
