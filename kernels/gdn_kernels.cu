@@ -2034,11 +2034,11 @@ __global__ void __launch_bounds__(256) output_tc_kernel(OutputArgs a, const bf16
 size_t prepare_tc_smem() {
   return kPrepSmemBytes;
 }
-size_t recurrence_tc_smem(int stages) {
-  return stages == 2 ? sizeof(RecSmem<2>) : sizeof(RecSmem<3>);
-}
 size_t output_tc_smem(bool multi) {
   return sizeof(OutSmem) + (multi ? size_t(kD) * kD * 4 : 0);
+}
+size_t recurrence_tc_smem(int stages) {
+  return stages == 2 ? sizeof(RecSmem<2>) : sizeof(RecSmem<3>);
 }
 }  // namespace tc
 
@@ -2082,15 +2082,28 @@ int measuring_switch(const char* name) {
   return env && env[0] >= '0' && env[0] <= '9' && env[1] == 0 ? env[0] - '0' : -1;
 }
 
+// The device's multiprocessor count.
+std::string multiprocessors(int* count) {
+  int device = 0;
+  cudaError_t status = cudaGetDevice(&device);
+  if (status == cudaSuccess) status = cudaDeviceGetAttribute(count, cudaDevAttrMultiProcessorCount, device);
+  if (status != cudaSuccess)
+    return std::string("CUDA error reading the multiprocessor count: ") + cudaGetErrorString(status);
+  return {};
+}
+
 // Copy stages of the tensor-core recurrence: 2 for the dense selector (all chains equally long, so the
-// multiprocessors' throughput counts and an output block fits beside each recurrence block), else 3 (the
-// busiest chain is the critical path and runs alone on its multiprocessor; a sparse selector that happens to
-// keep every event, such as head_budget at rho 1, gets 3 as well). SGDN_CUDA_REC_STAGES=2 or 3
-// overrides it (a measuring aid).
-int recurrence_stages(const Problem& p) {
+// multiprocessors' throughput counts and an output block fits beside each recurrence block); 3 for the sparse
+// ones, where the busiest chain is the critical path and runs alone on its multiprocessor (a sparse selector
+// that happens to keep every event, such as head_budget at rho 1, gets 3 as well), unless the recurrence has
+// more than two blocks per multiprocessor (a packed batch), where the blocks' throughput counts again
+// (measured at 4 x 8K: 1.217 ms with 2 stages, 1.285 with 3; at 2 x 16K, 256 blocks, 3 stay faster).
+// SGDN_CUDA_REC_STAGES=2 or 3 overrides it (a measuring aid).
+int recurrence_stages(const Problem& p, int multiprocessors) {
   const int forced = measuring_switch("SGDN_CUDA_REC_STAGES");
   if (forced == 2 || forced == 3) return forced;
-  return p.selector == SelectorKind::dense ? 2 : 3;
+  const int64_t blocks = p.num_seqs * p.v_heads * (tc::kD / tc::kVT);
+  return p.selector == SelectorKind::dense || blocks > 2 * int64_t(multiprocessors) ? 2 : 3;
 }
 // Launches `kernel` (named `name` in errors) with its dynamic shared memory. early: programmatic dependent
 // launch, the kernel's blocks may be placed while the kernel before it in the stream still runs (from the
@@ -2459,7 +2472,9 @@ std::string forward(const Problem& p, const DeviceTensors& t, void* workspace, s
                      ws.progress};
   if (use_tc) {
     const dim3 grid{unsigned(S), unsigned(HV), unsigned(tc::kD / tc::kVT)};
-    const int stages = recurrence_stages(p);
+    int sms = 0;
+    if (std::string e = multiprocessors(&sms); !e.empty()) return e;
+    const int stages = recurrence_stages(p, sms);
     const auto rec_kernel = stages == 2 ? tc::recurrence_tc_kernel<2> : tc::recurrence_tc_kernel<3>;
     // A multiprocessor that runs a 2-stage recurrence block keeps all of its shared memory (228 KB)
     // configured, so that an output block fits beside it; left alone, the driver configures the least that
