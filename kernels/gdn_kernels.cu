@@ -1051,6 +1051,12 @@ __device__ __forceinline__ int32_t acquire_progress(const int32_t* flag) {
 __device__ __forceinline__ uint32_t smem_addr(const void* p) {
   return static_cast<uint32_t>(__cvta_generic_to_shared(p));
 }
+// A value the compiler must keep in a register: it cannot recompute what it cannot see (thread-constant
+// offsets used at every event of a loop would otherwise be rebuilt from the thread index each time).
+__device__ __forceinline__ int opaque(int x) {
+  asm volatile("" : "+r"(x));
+  return x;
+}
 __device__ __forceinline__ void ldsm_x4(uint32_t r[4], const bf16* p) {
   asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
                : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
@@ -1131,15 +1137,19 @@ __device__ __forceinline__ void warp_tile_mma(float (&acc)[2 * NP][4], const bf1
 }
 // One warp's m16 x (8 NT) accumulator tile, rounded to bf16, into a row-major tile (row stride ld) at (m0,
 // n0).
+// `at` is this thread's first element, dst + (m0 + gq) ld + n0 + 2 tq.
+template <int NT>
+__device__ __forceinline__ void store_tile_bf16_at(bf16* at, int ld, const float (&acc)[NT][4]) {
+  for (int nt = 0; nt < NT; ++nt) {
+    *reinterpret_cast<uint32_t*>(at + nt * 8) = pack_bf16(acc[nt][0], acc[nt][1]);
+    *reinterpret_cast<uint32_t*>(at + 8 * ld + nt * 8) = pack_bf16(acc[nt][2], acc[nt][3]);
+  }
+}
 template <int NT>
 __device__ __forceinline__ void store_tile_bf16(bf16* dst, int ld, int m0, int n0,
                                                 const float (&acc)[NT][4]) {
   const int lane = threadIdx.x & 31, gq = lane >> 2, tq = lane & 3;
-  for (int nt = 0; nt < NT; ++nt) {
-    const int col = n0 + nt * 8 + tq * 2;
-    *reinterpret_cast<uint32_t*>(dst + (m0 + gq) * ld + col) = pack_bf16(acc[nt][0], acc[nt][1]);
-    *reinterpret_cast<uint32_t*>(dst + (m0 + gq + 8) * ld + col) = pack_bf16(acc[nt][2], acc[nt][3]);
-  }
+  store_tile_bf16_at(dst + (m0 + gq) * ld + n0 + tq * 2, ld, acc);
 }
 
 // 16-byte asynchronous copy; src_bytes = 0 writes zeros (rows past a sequence's end).
@@ -1668,12 +1678,17 @@ __global__ void __launch_bounds__(kRecThreads)
   const int ur = threadIdx.x >> 2, up = (threadIdx.x & 3) * 8;
   const int w_dst = swz128(r0, p8), u_dst = swz32(ur, up);  // rows r0 + 16j keep r0's low bits
   const int64_t k_row = int64_t(a.H) * kD;
+  // Chunk c's sources are chunk 0's moved by a fixed stride: one 64-bit multiply-add per source and event.
+  const int64_t uw_step = int64_t(a.HV) * (kC * kD), k_step = kC * k_row, g_step = int64_t(a.HV) * kC;
+  const bf16* w_src0 = w_all + (seq_chunk0 * a.HV + hv) * (kC * kD) + r0 * kD + p8;
+  const bf16* u_src0 = u_all + (seq_chunk0 * a.HV + hv) * (kC * kD) + ur * kD + col0 + up;
+  const bf16* k_src0 = kp + (seq_t0 * a.H + h) * kD + r0 * k_row + p8;
+  const float* g_src0 = a.gamma + (seq_chunk0 * a.HV + hv) * kC + (threadIdx.x % (kC / 4)) * 4;
   auto fetch = [&](int buf, int64_t c) {
-    const int64_t cslot = (seq_chunk0 + c) * a.HV + hv;
     const int len = int(min_i64(kC, seq_len - c * kC));
     RecStage& st_ = sm.stage[buf];
-    const bf16* wsrc = w_all + cslot * (kC * kD) + r0 * kD + p8;
-    const bf16* ksrc = kp + ((seq_t0 + c * kC) * a.H + h) * kD + r0 * k_row + p8;
+    const bf16* wsrc = w_src0 + c * uw_step;
+    const bf16* ksrc = k_src0 + c * k_step;
 #pragma unroll
     for (int j = 0; j < 4; ++j) {
       cp_async16(st_.w + w_dst + 16 * j * kD, wsrc + 16 * j * kD, true);
@@ -1681,11 +1696,12 @@ __global__ void __launch_bounds__(kRecThreads)
       cp_async16(st_.k + w_dst + 16 * j * kD, valid ? ksrc : kp, valid);
       ksrc += 16 * k_row;
     }
-    cp_async16(st_.u + u_dst, u_all + cslot * (kC * kD) + ur * kD + col0 + up, true);
-    if (threadIdx.x < kC / 4)
-      cp_async16(st_.gam + threadIdx.x * 4, a.gamma + cslot * kC + threadIdx.x * 4, true);
+    cp_async16(st_.u + u_dst, u_src0 + c * uw_step, true);
+    if (threadIdx.x < kC / 4) cp_async16(st_.gam + threadIdx.x * 4, g_src0 + c * g_step, true);
     cp_async_commit();
   };
+  // The next buffer after b + k (b < NS, k < NS): no division.
+  auto ring = [](int x) { return x >= NS ? x - NS : x; };
 
   int64_t slot = 0;
   float pending = 0.f;
@@ -1693,6 +1709,17 @@ __global__ void __launch_bounds__(kRecThreads)
   int64_t next_group_start = 0;
   const int64_t group0 = a.group_offset[s];
   const int vrow = (warp & 3) * 16, vcol = (warp >> 2) * 16;  // this warp's tile of v̂
+  // This thread's element offsets in the tiles, once (the tiles' k-steps add constants): its W fragment rows
+  // at k-steps 0-3 (steps 4-7 are 64 elements on: the permutation keeps the low three piece bits), its Kᵀ
+  // fragment, its Sb and Vh fragments, its U pairs (n-tiles 0, 1; the second row half is 256 elements on),
+  // its row of v̂ (Vh stores, γ) and its state rows (Sb stores).
+  int w_off[4];
+  for (int kk = 0; kk < 4; ++kk) w_off[kk] = opaque(swz128(vrow + (lane & 15), kk * 16 + (lane >> 4) * 8));
+  const int k_off = opaque(swz128((lane & 7) + (lane >> 4) * 8, warp * 16 + ((lane >> 3) & 1) * 8));
+  const int b_off = opaque(((lane & 7) + ((lane >> 3) & 1) * 8) * kLdT + (lane >> 4) * 8);
+  const int u_off[2] = {opaque(swz32(vrow + gq, vcol + tq * 2)), opaque(swz32(vrow + gq, vcol + 8 + tq * 2))};
+  const int v_row = opaque(vrow + gq), vh_off = opaque((vrow + gq) * kLdT + vcol + tq * 2);
+  const int sb_off = opaque((warp * 16 + gq) * kLdT + tq * 2);
   for (int64_t w0 = 0; w0 < n; w0 += kWindow) {
     const int wn = int(min_i64(kWindow, n - w0));
     flush_snapshot();
@@ -1711,7 +1738,7 @@ __global__ void __launch_bounds__(kRecThreads)
     // here, each next one's at the end of the event before it. `inflight` counts those not yet computed.
     int to_fetch = next_selected(0), inflight = 0;
     for (; inflight < NS - 1 && to_fetch < wn; ++inflight) {
-      fetch((buf + inflight) % NS, w0 + to_fetch);
+      fetch(ring(buf + inflight), w0 + to_fetch);
       to_fetch = next_selected(to_fetch + 1);
     }
     cp_async_wait_but(inflight - 1);
@@ -1737,7 +1764,7 @@ __global__ void __launch_bounds__(kRecThreads)
           for (int r = 0; r < 4; ++r) st[nt][r] *= carried;
         flush_snapshot();
         __syncthreads();  // every read of the old Sb (snapshot copy) is done
-        store_tile_bf16(sm.sb, kLdT, warp * 16, 0, st);
+        store_tile_bf16_at(sm.sb + sb_off, kLdT, st);
         __syncthreads();
       }
       const RecStage& cs = sm.stage[buf];
@@ -1747,8 +1774,8 @@ __global__ void __launch_bounds__(kRecThreads)
 #pragma unroll
         for (int kk = 0; kk < kD / 16; ++kk) {
           uint32_t af[4], bf[4];
-          load_a_at(af, cs.w, swz128, vrow, kk * 16);
-          load_b_kn(bf, sm.sb, kLdT, kk * 16, vcol);
+          ldsm_x4(af, cs.w + w_off[kk & 3] + (kk >> 2) * 64);
+          ldsm_x4_t(bf, sm.sb + b_off + kk * 16 * kLdT + vcol);
           mma(acc[kk & 3][0], af, bf[0], bf[1]);
           mma(acc[kk & 3][1], af, bf[2], bf[3]);
         }
@@ -1757,18 +1784,17 @@ __global__ void __launch_bounds__(kRecThreads)
         flush_snapshot();
         // Into the buffer after those in flight (the previous event's, for NS - 1 of them).
         if (to_fetch < wn) {
-          fetch((buf + 1 + inflight) % NS, w0 + to_fetch);
+          fetch(ring(buf + 1 + inflight), w0 + to_fetch);
           ++inflight;
           to_fetch = next_selected(to_fetch + 1);
         }
 #pragma unroll
         for (int half = 0; half < 2; ++half) {
-          const int row = vrow + gq + half * 8;
-          const float f = __expf(big_gamma - cs.gam[row]);
+          const float f = __expf(big_gamma - cs.gam[v_row + half * 8]);
 #pragma unroll
           for (int nt = 0; nt < 2; ++nt) {
-            const int col = vcol + nt * 8 + tq * 2;
-            const float2 uu = unpack_bf16(*reinterpret_cast<const uint32_t*>(cs.u + swz32(row, col)));
+            const float2 uu =
+                unpack_bf16(*reinterpret_cast<const uint32_t*>(cs.u + u_off[nt] + half * 8 * kVT));
             float x[2];
             for (int e = 0; e < 2; ++e) {
               const int r = 2 * half + e;
@@ -1776,7 +1802,7 @@ __global__ void __launch_bounds__(kRecThreads)
                   ((e ? uu.y : uu.x) - ((acc[0][nt][r] + acc[1][nt][r]) + (acc[2][nt][r] + acc[3][nt][r]))) *
                   f;
             }
-            *reinterpret_cast<uint32_t*>(sm.vh + row * kLdT + col) = pack_bf16(x[0], x[1]);
+            *reinterpret_cast<uint32_t*>(sm.vh + vh_off + half * 8 * kLdT + nt * 8) = pack_bf16(x[0], x[1]);
           }
         }
       }
@@ -1791,9 +1817,9 @@ __global__ void __launch_bounds__(kRecThreads)
 #pragma unroll
         for (int k0 = 0; k0 < kC; k0 += 16) {
           uint32_t af[4], bf[4], bf2[4];
-          load_a_t_at(af, cs.k, swz128, warp * 16, k0);
-          load_b_kn(bf, sm.vh, kLdT, k0, 0);
-          load_b_kn(bf2, sm.vh, kLdT, k0, 16);
+          ldsm_x4_t(af, cs.k + k_off + k0 * kD);
+          ldsm_x4_t(bf, sm.vh + b_off + k0 * kLdT);
+          ldsm_x4_t(bf2, sm.vh + b_off + k0 * kLdT + 16);
           float(&d)[4][4] = k0 < kC / 2 ? st : st2;
           mma(d[0], af, bf[0], bf[1]);
           mma(d[1], af, bf[2], bf[3]);
@@ -1805,7 +1831,7 @@ __global__ void __launch_bounds__(kRecThreads)
       }
       // Sb = bf16(S): every read of the old Sb (W Sb above) is behind the barrier. The next event's data must
       // be visible after the barrier below, so its copies are waited for first.
-      store_tile_bf16(sm.sb, kLdT, warp * 16, 0, st);
+      store_tile_bf16_at(sm.sb + sb_off, kLdT, st);
       cp_async_wait_but(inflight - 1);
       __syncthreads();
       ++slot;
