@@ -1,7 +1,8 @@
 // SparseGDN on the GPU (SPEC §3–§7, §12): the kernels and the launcher behind gdn_device.h.
 //
-// Stages, each one launch, all but the recurrence parallel over chunks (or groups) and value heads:
-//   1. chunk table     cu_seqlens -> per-sequence chunk/group offsets, chunk -> sequence, group -> sequence
+// Stages, all but the recurrence parallel over chunks (or groups) and value heads:
+//   1. chunk table     one block: cu_seqlens -> per-sequence chunk/group offsets, chunk -> sequence,
+//                      group -> sequence
 //   2. prepare         per (chunk, value head): γ (cumulative log decay), L with the solver's band, the
 //                      banded forward substitution giving U = T(β⊙V) and W = T(β⊙e^γ⊙K), Γ, and the
 //                      score statistic ‖(e^{Γ−γ}⊙K)ᵀU‖_F
@@ -10,7 +11,7 @@
 //   4. selection       dense / random / stride / topk / head_budget / threshold; orderings by a radix select
 //                      in one block per sequence (head_budget alone) or CUB radix sorts (over the whole
 //                      device for one sequence, else by segment); then the unit mask is expanded to value
-//                      heads and budgets counted
+//                      heads and budgets counted (the dense selector: that expansion alone, before stage 2)
 //   5. recurrence      per (sequence, value head, V tile): the carried state visits selected events only;
 //                      between events it only decays (a scalar accumulated in the exponent); a snapshot is
 //                      written after each event; the carried state at every group start is recorded as
@@ -303,7 +304,7 @@ __global__ void __launch_bounds__(kTableThreads) table_kernel(TableArgs a) {
     const int32_t end = max(begin, x);
     __syncthreads();
     const int32_t len = real ? end - begin : 0;
-    const int32_t n = (len + a.chunk - 1) / a.chunk, groups = (n + a.group - 1) / a.group;
+    const int32_t n = int32_t((int64_t(len) + a.chunk - 1) / a.chunk), groups = (n + a.group - 1) / a.group;
     int32_t c_before = 0, g_before = 0, c_all = 0, g_all = 0;
     Scan(scan).ExclusiveSum(n, c_before, c_all);
     __syncthreads();
@@ -1397,6 +1398,7 @@ __global__ void __launch_bounds__(128, 4) prepare_tc_kernel(PrepareArgs a, bf16*
   // The chunk table (and a dense run's selection) complete. No early start for the kernel after this one: a
   // 2-stage recurrence placed while the last pre-pass blocks run would put two blocks on some
   // multiprocessors (measured: dense 32K-128K 3-4 % slower), where one each leaves room for an output block.
+  // (A dense run with a score has the score kernel, S blocks, between them.)
   wait_for_previous_grid();
   const int64_t id = blockIdx.x;
   const int hv = blockIdx.y;
@@ -2134,8 +2136,9 @@ int recurrence_stages(const Problem& p, int multiprocessors) {
 // Launches `kernel` (named `name` in errors) with its dynamic shared memory. early: programmatic dependent
 // launch, the kernel's blocks may be placed while the kernel before it in the stream still runs (from the
 // moment all of that kernel's blocks have called let_next_grid_start(), or have exited); the kernel calls
-// wait_for_previous_grid() before it reads what came before. The selection's kernels, the tensor-core
-// pre-pass and the recurrence are launched so: each one's launch overlaps the end of the one before, without
+// wait_for_previous_grid() before it reads what came before. The score kernel, head_budget's select kernel,
+// the mask expansion, the tensor-core pre-pass and the recurrence are launched so (the other selection
+// kernels and CUB's sorts plainly): each one's launch overlaps the end of the one before, without
 // the gap of a plain launch. The tensor-core output stage goes further: its blocks wait on the recurrence's
 // progress flags, so each starts as soon as its group's snapshot exists, on the multiprocessors the
 // recurrence leaves free (the recurrence never waits on it, so no launch order can deadlock).

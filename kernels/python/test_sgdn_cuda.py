@@ -68,6 +68,22 @@ def test_dense_matches_float64(dtype, tol, T, H, HV, K, V):
     assert bool((events["mask"] == 1).all())
 
 
+def test_dense_without_score_matches_float64():
+    # The benchmark's dense configuration: no score (its kernel does not run; the selection writes every
+    # event kept and zero scores), the tensor-core path (bf16, K = V = 128), a ragged last chunk, GVA, S0.
+    T, H, HV = 200, 2, 4
+    q, k, v, g, beta = random_inputs(T, H, HV, 128, 128, torch.bfloat16, seed=21)
+    s0 = 0.3 * torch.randn(1, HV, 128, 128, device="cuda")
+    o, final, events = sgdn_cuda.chunk_sparse_gdn(q, k, v, g, beta, initial_state=s0, score="none")
+    ref_o, ref_s = token_recurrence(q, k, v, g, beta, 128 ** -0.5, s0)
+    eo, es = rel(o, ref_o), rel(final, ref_s)
+    print(f"\ndense without a score, bf16 tensor cores T={T}: rel err o {eo:.3e} state {es:.3e}")
+    assert eo <= 1e-2 and es <= 1e-2
+    n = (T + 63) // 64
+    assert bool((events["mask"] == 1).all()) and bool((events["score"] == 0).all())
+    assert events["budget"].tolist() == [[n] * H]
+
+
 def test_varlen_matches_per_sequence():
     lengths = [100, 1, 64, 190]
     T = sum(lengths)

@@ -272,6 +272,7 @@ struct VarlenCase {
   // cu_seqlens as the device receives them, where not the running sum of `lengths` (out of range or not
   // monotone: the chunk table must clamp them to the sequences of `lengths`).
   std::vector<int32_t> cu_given;
+  int32_t first = 0;  // tokens before the first sequence (cu_seqlens[0]): in the batch, in no sequence
 };
 
 // q, k, v, beta rounded to bf16 in place: what the GPU reads in bf16, for references that read the same.
@@ -313,7 +314,7 @@ double check_tc_outputs(const TcAgainstCpu& r) {
 // checks every sequence against its own reference. Returns the worst relative error.
 double check_varlen(const VarlenCase& vc) {
   const int H = vc.H, HV = vc.HV, K = vc.K, V = vc.V;
-  int64_t total = 0;
+  int64_t total = vc.first;
   for (int64_t l : vc.lengths) total += l;
   const Shape packed_shape = make_shape(1, total, H, HV, K, V);
   Inputs<float> packed = random_inputs(packed_shape, false, 4242 + uint64_t(total));
@@ -381,7 +382,7 @@ double check_varlen(const VarlenCase& vc) {
     allocations.push_back(ptr);
     return ptr;
   };
-  std::vector<int32_t> cu(static_cast<size_t>(S + 1), 0);
+  std::vector<int32_t> cu(static_cast<size_t>(S + 1), vc.first);
   std::vector<int64_t> chunk_offset(static_cast<size_t>(S + 1), 0);
   for (int64_t s = 0; s < S; ++s) {
     cu[size_t(s + 1)] = cu[size_t(s)] + int32_t(vc.lengths[size_t(s)]);
@@ -511,7 +512,7 @@ TEST_CASE("CUDA packed variable-length batch matches per-sequence references", "
   const double many_err = check_varlen(many);
   std::printf("varlen dense fp32, 1100 sequences (lengths 0-130): worst rel err %.3e\n", many_err);
   // cu_seqlens out of range and decreasing: clamped into [0, total] and made monotone, i.e. the sequences
-  // [0, 300), [300, 300), [300, 400).
+  // [0, 300), [300, 300), [300, 400); then the same with 20 tokens before the first sequence.
   VarlenCase clamped;
   clamped.lengths = {300, 0, 100};
   clamped.cu_given = {-5, 300, 200, 5000};
@@ -519,6 +520,12 @@ TEST_CASE("CUDA packed variable-length batch matches per-sequence references", "
   const double clamped_err = check_varlen(clamped);
   std::printf("varlen dense fp32, cu_seqlens -5,300,200,5000 over 400 tokens: worst rel err %.3e\n",
               clamped_err);
+  clamped.lengths = {280, 0, 100};
+  clamped.first = 20;
+  clamped.cu_given = {20, 300, 200, 5000};
+  const double late_err = check_varlen(clamped);
+  std::printf("varlen dense fp32, cu_seqlens 20,300,200,5000 over 400 tokens: worst rel err %.3e\n",
+              late_err);
   VarlenCase out16;
   out16.lengths = {100, 200};
   out16.bf16 = out16.out_bf16 = true;
