@@ -1075,17 +1075,33 @@ __device__ __forceinline__ void mma(float c[4], const uint32_t a[4], uint32_t b0
       : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
+// This lane's element offset for a fragment's ldmatrix (a thread constant plus the tile position): the A
+// fragment (16 x 16) at (m0, k0) of a [m][k] tile whose element (r, c) is at at(r, c) ...
+template <class At>
+__device__ __forceinline__ int a_lane_at(At at, int m0, int k0) {
+  const int lane = threadIdx.x & 31;
+  return at(m0 + (lane & 15), k0 + (lane >> 4) * 8);
+}
+// ... of a tile stored transposed, [k][m] ...
+template <class At>
+__device__ __forceinline__ int a_t_lane_at(At at, int m0, int k0) {
+  const int lane = threadIdx.x & 31;
+  return at(k0 + (lane & 7) + (lane >> 4) * 8, m0 + ((lane >> 3) & 1) * 8);
+}
+// ... and the B fragments of two n-tiles (k0..k0+15, n0..n0+15) of a [k][n] tile with row stride ld.
+__device__ __forceinline__ int b_kn_lane(int ld, int k0, int n0) {
+  const int lane = threadIdx.x & 31;
+  return (k0 + (lane & 7) + ((lane >> 3) & 1) * 8) * ld + n0 + (lane >> 4) * 8;
+}
 // A fragment (16 x 16) at (m0, k0) of a [m][k] tile whose element (r, c) is at base + at(r, c).
 template <class At>
 __device__ __forceinline__ void load_a_at(uint32_t a[4], const bf16* base, At at, int m0, int k0) {
-  const int lane = threadIdx.x & 31;
-  ldsm_x4(a, base + at(m0 + (lane & 15), k0 + (lane >> 4) * 8));
+  ldsm_x4(a, base + a_lane_at(at, m0, k0));
 }
 // A fragment (16 x 16) at (m0, k0) of a tile stored transposed, [k][m], element (r, c) at base + at(r, c).
 template <class At>
 __device__ __forceinline__ void load_a_t_at(uint32_t a[4], const bf16* base, At at, int m0, int k0) {
-  const int lane = threadIdx.x & 31;
-  ldsm_x4_t(a, base + at(k0 + (lane & 7) + (lane >> 4) * 8, m0 + ((lane >> 3) & 1) * 8));
+  ldsm_x4_t(a, base + a_t_lane_at(at, m0, k0));
 }
 // The same from row-major tiles with row stride ld.
 __device__ __forceinline__ void load_a(uint32_t a[4], const bf16* base, int ld, int m0, int k0) {
@@ -1097,6 +1113,8 @@ __device__ __forceinline__ void load_a_t(uint32_t a[4], const bf16* base, int ld
       a, base, [ld](int r, int c) { return r * ld + c; }, m0, k0);
 }
 // B fragments of two n-tiles (k0..k0+15, n0..n0+15) of a [k][n] tile: b[0..1] tile n0, b[2..3] tile n0+8.
+// (b_kn_lane's offset, added to the pointer in steps: as one integer offset the output stage compiles to
+// other code, not yet measured on the device.)
 __device__ __forceinline__ void load_b_kn(uint32_t b[4], const bf16* base, int ld, int k0, int n0) {
   const int lane = threadIdx.x & 31;
   ldsm_x4_t(b, base + (k0 + (lane & 7) + ((lane >> 3) & 1) * 8) * ld + n0 + (lane >> 4) * 8);
@@ -1137,8 +1155,7 @@ __device__ __forceinline__ void warp_tile_mma(float (&acc)[2 * NP][4], const bf1
   }
 }
 // One warp's m16 x (8 NT) accumulator tile, rounded to bf16, into a row-major tile (row stride ld) at (m0,
-// n0).
-// `at` is this thread's first element, dst + (m0 + gq) ld + n0 + 2 tq.
+// n0); the _at form takes this thread's first element, dst + (m0 + gq) ld + n0 + 2 tq.
 template <int NT>
 __device__ __forceinline__ void store_tile_bf16_at(bf16* at, int ld, const float (&acc)[NT][4]) {
   for (int nt = 0; nt < NT; ++nt) {
@@ -1716,9 +1733,9 @@ __global__ void __launch_bounds__(kRecThreads)
   // fragment, its Sb and Vh fragments, its U pairs (n-tiles 0, 1; the second row half is 256 elements on),
   // its row of v̂ (Vh stores, γ) and its state rows (Sb stores).
   int w_off[4];
-  for (int kk = 0; kk < 4; ++kk) w_off[kk] = opaque(swz128(vrow + (lane & 15), kk * 16 + (lane >> 4) * 8));
-  const int k_off = opaque(swz128((lane & 7) + (lane >> 4) * 8, warp * 16 + ((lane >> 3) & 1) * 8));
-  const int b_off = opaque(((lane & 7) + ((lane >> 3) & 1) * 8) * kLdT + (lane >> 4) * 8);
+  for (int kk = 0; kk < 4; ++kk) w_off[kk] = opaque(a_lane_at(swz128, vrow, kk * 16));
+  const int k_off = opaque(a_t_lane_at(swz128, warp * 16, 0));
+  const int b_off = opaque(b_kn_lane(kLdT, 0, 0));
   const int u_off[2] = {opaque(swz32(vrow + gq, vcol + tq * 2)), opaque(swz32(vrow + gq, vcol + 8 + tq * 2))};
   const int v_row = opaque(vrow + gq), vh_off = opaque((vrow + gq) * kLdT + vcol + tq * 2);
   const int sb_off = opaque((warp * 16 + gq) * kLdT + tq * 2);
@@ -2062,11 +2079,11 @@ __global__ void __launch_bounds__(256) output_tc_kernel(OutputArgs a, const bf16
 size_t prepare_tc_smem() {
   return kPrepSmemBytes;
 }
-size_t output_tc_smem(bool multi) {
-  return sizeof(OutSmem) + (multi ? size_t(kD) * kD * 4 : 0);
-}
 size_t recurrence_tc_smem(int stages) {
   return stages == 2 ? sizeof(RecSmem<2>) : sizeof(RecSmem<3>);
+}
+size_t output_tc_smem(bool multi) {
+  return sizeof(OutSmem) + (multi ? size_t(kD) * kD * 4 : 0);
 }
 }  // namespace tc
 
@@ -2371,12 +2388,11 @@ std::string forward(const Problem& p, const DeviceTensors& t, void* workspace, s
   auto* u_tc = reinterpret_cast<__nv_bfloat16*>(ws.u);
   auto* w_tc = reinterpret_cast<__nv_bfloat16*>(ws.w);
   std::string err;
-  if (use_tc)
-    err = prep.want_statistic ? launch_kernel("prepare_tc_kernel", tc::prepare_tc_kernel<true>, chunk_grid,
-                                              128, tc::prepare_tc_smem(), stream, true, prep, u_tc, w_tc)
-                              : launch_kernel("prepare_tc_kernel", tc::prepare_tc_kernel<false>, chunk_grid,
-                                              128, tc::prepare_tc_smem(), stream, true, prep, u_tc, w_tc);
-  else
+  if (use_tc) {
+    const auto prep_kernel = prep.want_statistic ? tc::prepare_tc_kernel<true> : tc::prepare_tc_kernel<false>;
+    err = launch_kernel("prepare_tc_kernel", prep_kernel, chunk_grid, 128, tc::prepare_tc_smem(), stream,
+                        true, prep, u_tc, w_tc);
+  } else
     err = bf16 ? launch_prepare<__nv_bfloat16>(p, prep, chunk_grid, stream)
                : launch_prepare<float>(p, prep, chunk_grid, stream);
   if (!err.empty()) return err;
