@@ -1619,7 +1619,7 @@ struct RecStage {
   bf16 u[kC * kVT];
   float gam[kC];
 };
-template <int NS>
+template <int NS, bool VOut>
 struct RecSmem {
   static_assert(NS == 2 || NS == 3, "two or three copy stages");
   RecStage stage[NS];
@@ -1627,11 +1627,14 @@ struct RecSmem {
   bf16 vh[kC * kLdT];
   uint8_t mask[kWindow];
   float decay[kWindow];
+  bf16 v[VOut ? kC * kVT : 8];  // VOut: the event's v = U − W Sb, U's layout, on its way to memory
 };
 
-template <int NS>
+// VOut (the dense selector, G = 1): each event's v = U − W Sb (bf16, this block's columns) also goes to
+// memory over the chunk's U, which this block alone reads and has read; the output stage takes it from there.
+template <int NS, bool VOut>
 __global__ void __launch_bounds__(kRecThreads)
-    recurrence_tc_kernel(RecurrenceArgs a, const bf16* u_all, const bf16* w_all) {
+    recurrence_tc_kernel(RecurrenceArgs a, bf16* u_all, const bf16* w_all) {
   const int64_t s = blockIdx.x;
   const int hv = blockIdx.y;
   const int col0 = blockIdx.z * kVT;
@@ -1643,7 +1646,7 @@ __global__ void __launch_bounds__(kRecThreads)
   const int64_t slot_base = snapshot_slot_base(a.chunk_offset[s], s, a.HV, hv, n);
   const int64_t ev_base = int64_t(a.chunk_offset[s]) * a.HV + int64_t(hv) * n;
   extern __shared__ __align__(16) unsigned char smem_raw[];
-  RecSmem<NS>& sm = *reinterpret_cast<RecSmem<NS>*>(smem_raw);
+  RecSmem<NS, VOut>& sm = *reinterpret_cast<RecSmem<NS, VOut>*>(smem_raw);
   const bf16* kp = static_cast<const bf16*>(a.k);
   // Every block of this grid is resident once all have passed here, and the kernels before it are complete:
   // the output stage may launch beside it (its blocks wait on `progress`, never the other way round, so no
@@ -1700,7 +1703,7 @@ __global__ void __launch_bounds__(kRecThreads)
   // Chunk c's sources are chunk 0's moved by a fixed stride: one 64-bit multiply-add per source and event.
   const int64_t uw_step = int64_t(a.HV) * (kC * kD), k_step = kC * k_row, g_step = int64_t(a.HV) * kC;
   const bf16* w_src0 = w_all + (seq_chunk0 * a.HV + hv) * (kC * kD) + r0 * kD + p8;
-  const bf16* u_src0 = u_all + (seq_chunk0 * a.HV + hv) * (kC * kD) + ur * kD + col0 + up;
+  bf16* const u_src0 = u_all + (seq_chunk0 * a.HV + hv) * (kC * kD) + ur * kD + col0 + up;  // and v's
   const bf16* k_src0 = kp + (seq_t0 * a.H + h) * kD + r0 * k_row + p8;
   const float* g_src0 = a.gamma + (seq_chunk0 * a.HV + hv) * kC + (threadIdx.x % (kC / 4)) * 4;
   auto fetch = [&](int buf, int64_t c) {
@@ -1817,17 +1820,21 @@ __global__ void __launch_bounds__(kRecThreads)
             float x[2];
             for (int e = 0; e < 2; ++e) {
               const int r = 2 * half + e;
-              x[e] =
-                  ((e ? uu.y : uu.x) - ((acc[0][nt][r] + acc[1][nt][r]) + (acc[2][nt][r] + acc[3][nt][r]))) *
-                  f;
+              x[e] = (e ? uu.y : uu.x) - ((acc[0][nt][r] + acc[1][nt][r]) + (acc[2][nt][r] + acc[3][nt][r]));
             }
-            *reinterpret_cast<uint32_t*>(sm.vh + vh_off + half * 8 * kLdT + nt * 8) = pack_bf16(x[0], x[1]);
+            if constexpr (VOut)
+              *reinterpret_cast<uint32_t*>(sm.v + u_off[nt] + half * 8 * kVT) = pack_bf16(x[0], x[1]);
+            *reinterpret_cast<uint32_t*>(sm.vh + vh_off + half * 8 * kLdT + nt * 8) =
+                pack_bf16(x[0] * f, x[1] * f);
           }
         }
       }
       __syncthreads();
-      // The previous event's snapshot left above, and the records up to this chunk name it at the latest.
-      if (c + 1 - published >= kPublishEvery) publish(c + 1);
+      // The previous event's snapshot left above, and the records up to this chunk name it at the latest
+      // (VOut: this chunk's v leaves below, so up to the one before).
+      if (c + 1 - published >= kPublishEvery) publish(VOut ? c : c + 1);
+      if constexpr (VOut)
+        *reinterpret_cast<uint4*>(u_src0 + c * uw_step) = *reinterpret_cast<const uint4*>(sm.v + u_dst);
       {  // S = e^Γ S + Kᵀ Vh: rows 16w.., 32 columns, k = 64; the second half of k into a second set
         const float decay = __expf(big_gamma);
         float st2[4][4] = {};
@@ -1882,6 +1889,12 @@ __global__ void __launch_bounds__(kRecThreads)
 // recurrence, and only Q̃ S is left once the state arrives (one product instead of W S, Q S and A v).
 // Warp w: rows 16 (w & 3).., columns 64 (w >> 2)..  With G > 1 the fp32 S_loc is kept in shared memory and
 // updated by S_loc = e^Γ S_loc + Kᵀ (e^{Γ−γ} ⊙ (U − W S)) (warp w: rows 16w.., all 128 columns).
+// VIn (the dense selector, G = 1): the recurrence has left each chunk's v = U − W S in U's place, so the
+// block reads v (with the snapshot, once the recurrence has passed) instead of W and U, and O = scale (e^γ ⊙
+// (Q S)
+// + A v): two products after A instead of three.
+// With the dense selector and G = 1 (VIn), the recurrence has already computed v = U − W S at every chunk and
+// left it in U's place: the block waits for it, then O = scale (e^γ ⊙ (Q S) + A v), two products and no W.
 struct OutSmem {
   bf16 sb[kD * kLd];
   bf16 q[kC * kLd];  // Q, then Q̃ once A is done, then O (bf16) on its way out
@@ -1899,7 +1912,7 @@ __device__ __forceinline__ void finish_output_block(int32_t* blocks_done) {
   if (threadIdx.x == 0 && atomicAdd(blocks_done, 1) == int32_t(gridDim.x) - 1) wait_for_previous_grid();
 }
 
-template <class Out>
+template <class Out, bool VIn>
 __global__ void __launch_bounds__(256) output_tc_kernel(OutputArgs a, const bf16* u_all, const bf16* w_all) {
   // Blocks in group-major order (the value heads of one group side by side), so that the blocks the
   // scheduler hands out while the recurrence runs are the ones its progress reaches first.
@@ -1922,7 +1935,7 @@ __global__ void __launch_bounds__(256) output_tc_kernel(OutputArgs a, const bf16
   const bf16* kp = static_cast<const bf16*>(a.k);
   Out* op = static_cast<Out*>(a.o);
   // A chunk's own operands (inputs, or written before the recurrence started) in two copy groups: what A
-  // needs (Q, K, γ), then W and U.
+  // needs (Q, K, γ), then W and U (VIn: one group, v travels with the snapshot).
   auto fetch_chunk = [&](int64_t c) {
     const auto [t0, len, cslot] = chunk_place(gi, c, kC, a.HV, hv);
     copy_rows(sm.q, qp + (t0 * a.H + h) * kD, int64_t(a.H) * kD, len);
@@ -1930,9 +1943,11 @@ __global__ void __launch_bounds__(256) output_tc_kernel(OutputArgs a, const bf16
     if (threadIdx.x < kC / 4)
       cp_async16(sm.gam + threadIdx.x * 4, a.gamma + cslot * kC + threadIdx.x * 4, true);
     cp_async_commit();
-    copy_rows(sm.w, w_all + cslot * kC * kD, kD, kC);
-    copy_rows(sm.u, u_all + cslot * kC * kD, kD, kC);
-    cp_async_commit();
+    if constexpr (!VIn) {
+      copy_rows(sm.w, w_all + cslot * kC * kD, kD, kC);
+      copy_rows(sm.u, u_all + cslot * kC * kD, kD, kC);
+      cp_async_commit();
+    }
   };
   // The first chunk's operands travel while this block waits for the recurrence.
   fetch_chunk(first);
@@ -1951,6 +1966,7 @@ __global__ void __launch_bounds__(256) output_tc_kernel(OutputArgs a, const bf16
   float carried = __expf(__ldcg(a.group_log_decay + gid * a.HV + hv));
   copy_rows(sm.sb, reinterpret_cast<const bf16*>(a.snapshots) + (slot_base + start_slot) * kD * V, kD, kD,
             kD);
+  if constexpr (VIn) copy_rows(sm.u, u_all + chunk_place(gi, first, kC, a.HV, hv).cslot * kC * kD, kD, kC);
   cp_async_commit();
   if (multi) {
     cp_async_wait_all();
@@ -1966,7 +1982,7 @@ __global__ void __launch_bounds__(256) output_tc_kernel(OutputArgs a, const bf16
     const auto [t0, len, cslot] = chunk_place(gi, c, kC, a.HV, hv);
     if (c > first) fetch_chunk(c);
     // Q, K, γ of this chunk; W, U and the first chunk's snapshot (committed after them) may still travel.
-    if (c == first)
+    if (c == first && !VIn)
       cp_async_wait_group<2>();
     else
       cp_async_wait_group<1>();
@@ -1985,31 +2001,42 @@ __global__ void __launch_bounds__(256) output_tc_kernel(OutputArgs a, const bf16
           *reinterpret_cast<uint32_t*>(sm.am + i * kLdC + j) = pack_bf16(x0, x1);
         }
     }
-    if (c == first)
+    if (c == first && !VIn)
       cp_async_wait_group<1>();
     else
       cp_async_wait_group<0>();
-    __syncthreads();  // A, W and U; every warp is done reading Q
-    // P = A U (fp32, in registers) and Q̃ = carried (e^γ ⊙ Q − A W) over this warp's own tile of Q.
+    __syncthreads();  // A, W and U (VIn: S and v); every warp is done reading Q
     float acc[8][4] = {};
-    warp_tile_mma<4, kC, false, false>(acc, sm.am, kLdC, wm, sm.u, kLd, wn);
-    {
-      float aw[8][4] = {};
-      warp_tile_mma<4, kC, false, false>(aw, sm.am, kLdC, wm, sm.w, kLd, wn);
+    if constexpr (VIn) {  // O = scale (carried e^γ ⊙ (Q S) + A v)
+      warp_tile_mma<4, kD, false, false>(acc, sm.q, kLd, wm, sm.sb, kLd, wn);
       for (int half = 0; half < 2; ++half) {
-        const int i = wm + gq + half * 8;
-        const float e = __expf(sm.gam[i]);
-        for (int nt = 0; nt < 8; ++nt) {
-          uint32_t* qv = reinterpret_cast<uint32_t*>(sm.q + i * kLd + wn + nt * 8 + tq * 2);
-          const float2 x = unpack_bf16(*qv);
-          *qv = pack_bf16(carried * (e * x.x - aw[nt][2 * half]), carried * (e * x.y - aw[nt][2 * half + 1]));
+        const float e = carried * __expf(sm.gam[wm + gq + half * 8]);
+        for (int nt = 0; nt < 8; ++nt)
+          for (int j = 0; j < 2; ++j) acc[nt][2 * half + j] *= e;
+      }
+      warp_tile_mma<4, kC, false, false>(acc, sm.am, kLdC, wm, sm.u, kLd, wn);
+    } else {
+      // P = A U (fp32, in registers) and Q̃ = carried (e^γ ⊙ Q − A W) over this warp's own tile of Q.
+      warp_tile_mma<4, kC, false, false>(acc, sm.am, kLdC, wm, sm.u, kLd, wn);
+      {
+        float aw[8][4] = {};
+        warp_tile_mma<4, kC, false, false>(aw, sm.am, kLdC, wm, sm.w, kLd, wn);
+        for (int half = 0; half < 2; ++half) {
+          const int i = wm + gq + half * 8;
+          const float e = __expf(sm.gam[i]);
+          for (int nt = 0; nt < 8; ++nt) {
+            uint32_t* qv = reinterpret_cast<uint32_t*>(sm.q + i * kLd + wn + nt * 8 + tq * 2);
+            const float2 x = unpack_bf16(*qv);
+            *qv =
+                pack_bf16(carried * (e * x.x - aw[nt][2 * half]), carried * (e * x.y - aw[nt][2 * half + 1]));
+          }
         }
       }
+      cp_async_wait_all();
+      __syncthreads();  // Q̃ and Sb
+      // O = scale (Q̃ Sb + P)
+      warp_tile_mma<4, kD, false, false>(acc, sm.q, kLd, wm, sm.sb, kLd, wn);
     }
-    cp_async_wait_all();
-    __syncthreads();  // Q̃ and Sb
-    // O = scale (Q̃ Sb + P)
-    warp_tile_mma<4, kD, false, false>(acc, sm.q, kLd, wm, sm.sb, kLd, wn);
     for (int nt = 0; nt < 8; ++nt)
       for (int r = 0; r < 4; ++r) acc[nt][r] *= a.scale;
     if constexpr (std::is_same_v<Out, bf16>) {
@@ -2031,7 +2058,7 @@ __global__ void __launch_bounds__(256) output_tc_kernel(OutputArgs a, const bf16
                 make_float2(acc[nt][2 * half], acc[nt][2 * half + 1]);
         }
     }
-    if (c + 1 < last) {
+    if (!VIn && c + 1 < last) {
       // S_loc = e^Γ S_loc + Kᵀ (e^{Γ−γ} ⊙ (U − W Sb)): the scaled v (bf16) goes over W once every warp has
       // read W, then warp w updates rows 16w...
       const float big_gamma = sm.gam[len - 1];
@@ -2079,8 +2106,9 @@ __global__ void __launch_bounds__(256) output_tc_kernel(OutputArgs a, const bf16
 size_t prepare_tc_smem() {
   return kPrepSmemBytes;
 }
-size_t recurrence_tc_smem(int stages) {
-  return stages == 2 ? sizeof(RecSmem<2>) : sizeof(RecSmem<3>);
+size_t recurrence_tc_smem(int stages, bool v_out) {
+  return stages == 2 ? (v_out ? sizeof(RecSmem<2, true>) : sizeof(RecSmem<2, false>))
+                     : (v_out ? sizeof(RecSmem<3, true>) : sizeof(RecSmem<3, false>));
 }
 size_t output_tc_smem(bool multi) {
   return sizeof(OutSmem) + (multi ? size_t(kD) * kD * 4 : 0);
@@ -2149,6 +2177,17 @@ int recurrence_stages(const Problem& p, int multiprocessors) {
   if (forced == 2 || forced == 3) return forced;
   const int64_t blocks = p.num_seqs * p.v_heads * (tc::kD / tc::kVT);
   return p.selector == SelectorKind::dense || blocks > 2 * int64_t(multiprocessors) ? 2 : 3;
+}
+// Whether the tensor-core recurrence leaves each chunk's v = U − W S in U's place for the output stage, which
+// then computes O = scale (e^γ ⊙ (Q S) + A v) instead of recomputing W S: for the dense selector with G = 1
+// (every chunk an event, one chunk per output block) when the recurrence has at most one block per
+// multiprocessor. There the output blocks beside the chains do 20 % less work (outputs alone at 32K 0.590 →
+// 0.528 ms) for a chain 5 % longer (0.926 → 0.976 ms): forwards 0.5-1 % faster (16K 0.807 → 0.800, 128K
+// 6.182 → 6.127 ms). With two recurrence blocks per multiprocessor (packed batches) the chains' throughput
+// counts and the extra stores cost more than they save (4 x 8K 1.586 → 1.651 ms), so U stays as it is.
+bool v_through_memory(const Problem& p, int multiprocessors) {
+  const int64_t blocks = p.num_seqs * p.v_heads * (tc::kD / tc::kVT);
+  return p.selector == SelectorKind::dense && p.group == 1 && blocks <= multiprocessors;
 }
 // Launches `kernel` (named `name` in errors) with its dynamic shared memory. early: programmatic dependent
 // launch, the kernel's blocks may be placed while the kernel before it in the stream still runs (from the
@@ -2385,6 +2424,10 @@ std::string forward(const Problem& p, const DeviceTensors& t, void* workspace, s
                    ws.statistic};
   const dim3 chunk_grid{unsigned(nmax), unsigned(HV), 1u};
   const bool use_tc = p.uses_tensor_cores();
+  int sms = 0;
+  if (use_tc)
+    if (std::string e = multiprocessors(&sms); !e.empty()) return e;
+  const bool v_in_u = use_tc && v_through_memory(p, sms);
   auto* u_tc = reinterpret_cast<__nv_bfloat16*>(ws.u);
   auto* w_tc = reinterpret_cast<__nv_bfloat16*>(ws.w);
   std::string err;
@@ -2517,10 +2560,10 @@ std::string forward(const Problem& p, const DeviceTensors& t, void* workspace, s
                      ws.progress};
   if (use_tc) {
     const dim3 grid{unsigned(S), unsigned(HV), unsigned(tc::kD / tc::kVT)};
-    int sms = 0;
-    if (std::string e = multiprocessors(&sms); !e.empty()) return e;
     const int stages = recurrence_stages(p, sms);
-    const auto rec_kernel = stages == 2 ? tc::recurrence_tc_kernel<2> : tc::recurrence_tc_kernel<3>;
+    const auto rec_kernel =
+        stages == 2 ? (v_in_u ? tc::recurrence_tc_kernel<2, true> : tc::recurrence_tc_kernel<2, false>)
+                    : (v_in_u ? tc::recurrence_tc_kernel<3, true> : tc::recurrence_tc_kernel<3, false>);
     // A multiprocessor that runs a 2-stage recurrence block keeps all of its shared memory (228 KB)
     // configured, so that an output block fits beside it; left alone, the driver configures the least that
     // holds two recurrence blocks (196 KB), and the output block (112 KB) would wait for the recurrence to
@@ -2529,7 +2572,7 @@ std::string forward(const Problem& p, const DeviceTensors& t, void* workspace, s
       SGDN_TRY_CUDA(cudaFuncSetAttribute(rec_kernel, cudaFuncAttributePreferredSharedMemoryCarveout,
                                          int(cudaSharedmemCarveoutMaxShared)));
     err = launch_kernel("recurrence_tc_kernel", rec_kernel, grid, tc::kRecThreads,
-                        tc::recurrence_tc_smem(stages), stream, true, rec, u_tc, w_tc);
+                        tc::recurrence_tc_smem(stages, v_in_u), stream, true, rec, u_tc, w_tc);
   } else {
     const dim3 rec_grid{unsigned(S), unsigned(HV), unsigned(vtiles)};
     err = bf16 ? launch_recurrence<__nv_bfloat16>(p, rec, rec_grid, stream)
@@ -2564,9 +2607,10 @@ std::string forward(const Problem& p, const DeviceTensors& t, void* workspace, s
   if (use_tc) {
     const dim3 grid{unsigned(nmax * HV), 1u, 1u};
     const size_t smem = tc::output_tc_smem(p.group > 1);
-    err = launch_kernel("output_tc_kernel",
-                        out_bf16 ? tc::output_tc_kernel<__nv_bfloat16> : tc::output_tc_kernel<float>, grid,
-                        256, smem, stream, true, out, u_tc, w_tc);
+    const auto out_kernel =
+        v_in_u ? (out_bf16 ? tc::output_tc_kernel<__nv_bfloat16, true> : tc::output_tc_kernel<float, true>)
+               : (out_bf16 ? tc::output_tc_kernel<__nv_bfloat16, false> : tc::output_tc_kernel<float, false>);
+    err = launch_kernel("output_tc_kernel", out_kernel, grid, 256, smem, stream, true, out, u_tc, w_tc);
   } else if (bf16)
     err = out_bf16 ? launch_output<__nv_bfloat16, __nv_bfloat16>(p, out, out_grid, stream)
                    : launch_output<__nv_bfloat16, float>(p, out, out_grid, stream);
