@@ -1417,8 +1417,10 @@ __global__ void __launch_bounds__(128, 4) prepare_tc_kernel(PrepareArgs a, bf16*
   // multiprocessors (measured: dense 32K-128K 3-4 % slower), where one each leaves room for an output block.
   // (A dense run with a score has the score kernel, S blocks, between them.)
   wait_for_previous_grid();
-  const int64_t id = blockIdx.x;
-  const int hv = blockIdx.y;
+  // One block per (chunk record, value head), the value heads of a chunk side by side: they read the same
+  // rows of K (a head pair the same K), and together whole rows of K and V.
+  const int64_t id = blockIdx.x / unsigned(a.HV);
+  const int hv = int(blockIdx.x % unsigned(a.HV));
   const ChunkInfo ci = load_chunk_info(a.chunk_info, id);
   if (ci.s < 0) return;
   const int64_t s = ci.s, c = ci.c, t0 = ci.t0;
@@ -1635,9 +1637,14 @@ struct RecSmem {
 template <int NS, bool VOut>
 __global__ void __launch_bounds__(kRecThreads)
     recurrence_tc_kernel(RecurrenceArgs a, bf16* u_all, const bf16* w_all) {
-  const int64_t s = blockIdx.x;
-  const int hv = blockIdx.y;
-  const int col0 = blockIdx.z * kVT;
+  // One block per (sequence, value head, V tile), the tile fastest: the blocks that read the same W (a value
+  // head's tiles) and the same K (a head pair's) are launched together, so that they run in the same wave
+  // when a packed batch has more blocks than fit at once, and the later ones find W and K in L2.
+  constexpr int kTiles = kD / kVT;
+  const int tile = int(blockIdx.x % kTiles);
+  const int hv = int(blockIdx.x / kTiles % unsigned(a.HV));
+  const int64_t s = blockIdx.x / kTiles / unsigned(a.HV);
+  const int col0 = tile * kVT;
   const int V = kD;
   const int h = hv / (a.HV / a.H);
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, gq = lane >> 2, tq = lane & 3;
@@ -1652,9 +1659,9 @@ __global__ void __launch_bounds__(kRecThreads)
   // the output stage may launch beside it (its blocks wait on `progress`, never the other way round, so no
   // block can starve this grid; they read the pre-pass's results at once).
   let_next_grid_start();
-  int32_t* progress = a.progress + progress_flag_index(s, a.HV, hv, gridDim.z, blockIdx.z);
+  int32_t* progress = a.progress + progress_flag_index(s, a.HV, hv, kTiles, tile);
   int64_t published = 0;
-  // Chunks [0, upto) have their group records (written by block z = 0) and the snapshots those name (each
+  // Chunks [0, upto) have their group records (written by tile 0's block) and the snapshots those name (each
   // block its columns) in memory. Called after a barrier that follows the stores.
   auto publish = [&](int64_t upto) {
     if (threadIdx.x == 0) publish_progress(progress, int32_t(upto));
@@ -1678,7 +1685,7 @@ __global__ void __launch_bounds__(kRecThreads)
     const uint4 x1 = *reinterpret_cast<const uint4*>(src + snap_col + 16);
     *reinterpret_cast<uint4*>(dst + snap_col) = x0;
     *reinterpret_cast<uint4*>(dst + snap_col + 16) = x1;
-    if (blockIdx.z == 0 && threadIdx.x == 0) a.snapshot_chunk[slot_base + slot] = chunk;
+    if (tile == 0 && threadIdx.x == 0) a.snapshot_chunk[slot_base + slot] = chunk;
   };
   // An event's snapshot leaves during the next event, once that event's W Sb products are issued (their
   // latency hides the copy), or before Sb changes otherwise.
@@ -1767,7 +1774,7 @@ __global__ void __launch_bounds__(kRecThreads)
     __syncthreads();
     for (int i = 0; i < wn; ++i) {
       const int64_t c = w0 + i;
-      if (blockIdx.z == 0 && threadIdx.x == 0 && c == next_group_start) {
+      if (tile == 0 && threadIdx.x == 0 && c == next_group_start) {
         const int64_t gid = group0 + c / a.G;
         a.group_slot[gid * a.HV + hv] = int32_t(slot);
         a.group_log_decay[gid * a.HV + hv] = pending;
@@ -1878,7 +1885,7 @@ __global__ void __launch_bounds__(kRecThreads)
             make_float2(st[nt][2 * half] * carried, st[nt][2 * half + 1] * carried);
       }
   }
-  if (blockIdx.z == 0 && threadIdx.x == 0) a.snapshot_count[s * a.HV + hv] = int32_t(slot + 1);
+  if (tile == 0 && threadIdx.x == 0) a.snapshot_count[s * a.HV + hv] = int32_t(slot + 1);
 }
 
 // ---- outputs: per (group, value head), 256 threads, all 128 V columns. Per chunk of the group, with S its
@@ -2184,7 +2191,8 @@ int recurrence_stages(const Problem& p, int multiprocessors) {
 // multiprocessor. There the output blocks beside the chains do 20 % less work (outputs alone at 32K 0.590 →
 // 0.528 ms) for a chain 5 % longer (0.926 → 0.976 ms): forwards 0.5-1 % faster (16K 0.807 → 0.800, 128K
 // 6.182 → 6.127 ms). With two recurrence blocks per multiprocessor (packed batches) the chains' throughput
-// counts and the extra stores cost more than they save (4 x 8K 1.586 → 1.651 ms), so U stays as it is.
+// counts and the extra stores cost more than they save (4 x 8K 1.586 → 1.651 ms; with the recurrence's
+// blocks in tile order, 1.526 → 1.542), so U stays as it is.
 bool v_through_memory(const Problem& p, int multiprocessors) {
   const int64_t blocks = p.num_seqs * p.v_heads * (tc::kD / tc::kVT);
   return p.selector == SelectorKind::dense && p.group == 1 && blocks <= multiprocessors;
@@ -2433,8 +2441,8 @@ std::string forward(const Problem& p, const DeviceTensors& t, void* workspace, s
   std::string err;
   if (use_tc) {
     const auto prep_kernel = prep.want_statistic ? tc::prepare_tc_kernel<true> : tc::prepare_tc_kernel<false>;
-    err = launch_kernel("prepare_tc_kernel", prep_kernel, chunk_grid, 128, tc::prepare_tc_smem(), stream,
-                        true, prep, u_tc, w_tc);
+    err = launch_kernel("prepare_tc_kernel", prep_kernel, dim3(unsigned(nmax * HV)), 128,
+                        tc::prepare_tc_smem(), stream, true, prep, u_tc, w_tc);
   } else
     err = bf16 ? launch_prepare<__nv_bfloat16>(p, prep, chunk_grid, stream)
                : launch_prepare<float>(p, prep, chunk_grid, stream);
@@ -2559,7 +2567,7 @@ std::string forward(const Problem& p, const DeviceTensors& t, void* workspace, s
                      t.final_state,
                      ws.progress};
   if (use_tc) {
-    const dim3 grid{unsigned(S), unsigned(HV), unsigned(tc::kD / tc::kVT)};
+    const dim3 grid{unsigned(S * HV * (tc::kD / tc::kVT))};
     const int stages = recurrence_stages(p, sms);
     const auto rec_kernel =
         stages == 2 ? (v_in_u ? tc::recurrence_tc_kernel<2, true> : tc::recurrence_tc_kernel<2, false>)
