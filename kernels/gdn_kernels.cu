@@ -1896,12 +1896,9 @@ __global__ void __launch_bounds__(kRecThreads)
 // recurrence, and only Q̃ S is left once the state arrives (one product instead of W S, Q S and A v).
 // Warp w: rows 16 (w & 3).., columns 64 (w >> 2)..  With G > 1 the fp32 S_loc is kept in shared memory and
 // updated by S_loc = e^Γ S_loc + Kᵀ (e^{Γ−γ} ⊙ (U − W S)) (warp w: rows 16w.., all 128 columns).
-// VIn (the dense selector, G = 1): the recurrence has left each chunk's v = U − W S in U's place, so the
-// block reads v (with the snapshot, once the recurrence has passed) instead of W and U, and O = scale (e^γ ⊙
-// (Q S)
-// + A v): two products after A instead of three.
-// With the dense selector and G = 1 (VIn), the recurrence has already computed v = U − W S at every chunk and
-// left it in U's place: the block waits for it, then O = scale (e^γ ⊙ (Q S) + A v), two products and no W.
+// VIn (the dense selector, G = 1, see v_through_memory): the recurrence has left each chunk's v = U − W S in
+// U's place, so the block reads v with the snapshot, once the recurrence has passed, instead of W and U, and
+// computes O = scale (e^γ ⊙ (Q S) + A v): two products after A instead of three.
 struct OutSmem {
   bf16 sb[kD * kLd];
   bf16 q[kC * kLd];  // Q, then Q̃ once A is done, then O (bf16) on its way out
@@ -2339,6 +2336,11 @@ std::string check_problem(const Problem& p) {
     return "dtype must be float32 or bfloat16";
   if (int64_t(p.max_chunks()) * p.v_heads >= (int64_t(1) << 31))
     return "too many chunks x heads for 32-bit indices";
+  // The tensor-core recurrence's grid has one dimension: a block per (sequence, value head, V tile).
+  if (p.uses_tensor_cores() && p.num_seqs * p.v_heads * (tc::kD / tc::kVT) >= (int64_t(1) << 31))
+    return msg("num_seqs x v_heads = ", std::to_string(p.num_seqs * p.v_heads),
+               " is too large for the tensor-core recurrence (times ", std::to_string(tc::kD / tc::kVT),
+               " blocks must be < 2^31)");
   return {};
 }
 

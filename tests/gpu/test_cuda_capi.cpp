@@ -129,6 +129,19 @@ TEST_CASE("C ABI rejects bad input with a status and a message", "[gpu][capi]") 
     bad.solver_block = 24;
     CHECK(sgdn_cuda_workspace_size(&bad, &bytes) == SGDN_CUDA_INVALID_ARGUMENT);
     CHECK_THAT(last_error(), Catch::Contains("divide"));
+    // 2^24 sequences x 32 value heads x 4 V tiles: past the tensor-core recurrence's one-dimensional grid
+    // (the chunk table's own bound, chunks x heads < 2^31, still holds).
+    bad = config;
+    bad.input_dtype = SGDN_CUDA_BFLOAT16;
+    bad.key_dim = bad.value_dim = 128;
+    bad.qk_heads = 16;
+    bad.v_heads = 32;
+    bad.num_seqs = int64_t(1) << 24;
+    bad.total_tokens = int64_t(1) << 24;
+    CHECK(sgdn_cuda_workspace_size(&bad, &bytes) == SGDN_CUDA_INVALID_ARGUMENT);
+    CHECK_THAT(last_error(), Catch::Contains("too large for the tensor-core recurrence"));
+    bad.tensor_cores = 0;  // the other kernels' grids take it
+    CHECK(sgdn_cuda_workspace_size(&bad, &bytes) == SGDN_CUDA_OK);
   }
   SECTION("head_budget: a floor above the cap keeps the floor") {
     // T = 100: N = 2 chunks per head; max_fraction 0.5 caps a unit at 1 event, min_per_head asks for 2. The
