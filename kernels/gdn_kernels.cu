@@ -1634,6 +1634,8 @@ struct RecSmem {
 
 // VOut (the dense selector, G = 1): each event's v = U − W Sb (bf16, this block's columns) also goes to
 // memory over the chunk's U, which this block alone reads and has read; the output stage takes it from there.
+// Only for a run in which every chunk is an event (v_through_memory): a skipped chunk would leave U in its
+// place.
 template <int NS, bool VOut>
 __global__ void __launch_bounds__(kRecThreads)
     recurrence_tc_kernel(RecurrenceArgs a, bf16* u_all, const bf16* w_all) {
@@ -1838,7 +1840,7 @@ __global__ void __launch_bounds__(kRecThreads)
       }
       __syncthreads();
       // The previous event's snapshot left above, and the records up to this chunk name it at the latest
-      // (VOut: this chunk's v leaves below, so up to the one before).
+      // (VOut: this chunk's v leaves below, so up to the one before; then every 15 chunks instead of 16).
       if (c + 1 - published >= kPublishEvery) publish(VOut ? c : c + 1);
       if constexpr (VOut)
         *reinterpret_cast<uint4*>(u_src0 + c * uw_step) = *reinterpret_cast<const uint4*>(sm.v + u_dst);

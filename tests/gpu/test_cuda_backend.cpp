@@ -544,6 +544,8 @@ TEST_CASE("CUDA tensor-core path matches float64 within the bf16 bound", "[gpu][
       {make_shape(1, 256, 1, 4), true, 3},
       {make_shape(1, 7, 1, 2), false, 1},
       {make_shape(1, 64 * 40, 2, 4), false, 4},
+      // 301 chunks: progress published many times and a second mask window (256 chunks), with v from memory
+      {make_shape(1, 64 * 300 + 9, 1, 2), true, 1},
       // more recurrence blocks (2 x 32 heads x 4 tiles) than multiprocessors: several waves of them. (With at
       // most one recurrence block per multiprocessor, the cases above with G = 1 take v = U − W S from the
       // recurrence through memory; this one and those with G > 1 recompute it in the output stage.)
