@@ -1027,10 +1027,11 @@ __global__ void __launch_bounds__(kThreads) output_kernel(OutputArgs a) {
 // different banks. U and W are stored in bf16; the carried state stays fp32 in registers (recurrence) and
 // is rounded to bf16 only as an mma operand.
 namespace tc {
-constexpr int kC = 64, kD = 128;  // chunk, head dim (K = V)
-constexpr int kLd = kD + 8;       // row stride of 128-wide bf16 tiles
-constexpr int kLdC = kC + 8;      // row stride of 64-wide bf16 tiles
-constexpr int kVT = kTcTile;      // V columns per recurrence block
+constexpr int kC = 64, kD = 128;   // chunk, head dim (K = V)
+constexpr int kLd = kD + 8;        // row stride of 128-wide bf16 tiles
+constexpr int kLdC = kC + 8;       // row stride of 64-wide bf16 tiles
+constexpr int kVT = kTcTile;       // V columns per recurrence block
+constexpr int kVTiles = kD / kVT;  // recurrence blocks per (sequence, value head)
 constexpr int kLdT = kVT + 8;
 constexpr int kWindow = 256;       // chunks of mask / decay staged at a time in the recurrence
 constexpr int kPublishEvery = 16;  // chunks between two progress stores of a recurrence block
@@ -1642,10 +1643,9 @@ __global__ void __launch_bounds__(kRecThreads)
   // One block per (sequence, value head, V tile), the tile fastest: the blocks that read the same W (a value
   // head's tiles) and the same K (a head pair's) are launched together, so that they run in the same wave
   // when a packed batch has more blocks than fit at once, and the later ones find W and K in L2.
-  constexpr int kTiles = kD / kVT;
-  const int tile = int(blockIdx.x % kTiles);
-  const int hv = int(blockIdx.x / kTiles % unsigned(a.HV));
-  const int64_t s = blockIdx.x / kTiles / unsigned(a.HV);
+  const int tile = int(blockIdx.x % kVTiles);
+  const int hv = int(blockIdx.x / kVTiles % unsigned(a.HV));
+  const int64_t s = blockIdx.x / kVTiles / unsigned(a.HV);
   const int col0 = tile * kVT;
   const int V = kD;
   const int h = hv / (a.HV / a.H);
@@ -1661,7 +1661,7 @@ __global__ void __launch_bounds__(kRecThreads)
   // the output stage may launch beside it (its blocks wait on `progress`, never the other way round, so no
   // block can starve this grid; they read the pre-pass's results at once).
   let_next_grid_start();
-  int32_t* progress = a.progress + progress_flag_index(s, a.HV, hv, kTiles, tile);
+  int32_t* progress = a.progress + progress_flag_index(s, a.HV, hv, kVTiles, tile);
   int64_t published = 0;
   // Chunks [0, upto) have their group records (written by tile 0's block) and the snapshots those name (each
   // block its columns) in memory. Called after a barrier that follows the stores.
@@ -1958,8 +1958,8 @@ __global__ void __launch_bounds__(256) output_tc_kernel(OutputArgs a, const bf16
   // The first chunk's operands travel while this block waits for the recurrence.
   fetch_chunk(first);
   if (threadIdx.x == 0) {  // the recurrence has written this group's record and the snapshot it names
-    const int32_t* flags = a.progress + progress_flag_index(s, a.HV, hv, kD / kVT, 0);
-    for (int z = 0; z < kD / kVT; ++z)
+    const int32_t* flags = a.progress + progress_flag_index(s, a.HV, hv, kVTiles, 0);
+    for (int z = 0; z < kVTiles; ++z)
       while (acquire_progress(flags + z) <= first) __nanosleep(256);
   }
   __syncthreads();
@@ -2112,9 +2112,22 @@ __global__ void __launch_bounds__(256) output_tc_kernel(OutputArgs a, const bf16
 size_t prepare_tc_smem() {
   return kPrepSmemBytes;
 }
-size_t recurrence_tc_smem(int stages, bool v_out) {
-  return stages == 2 ? (v_out ? sizeof(RecSmem<2, true>) : sizeof(RecSmem<2, false>))
-                     : (v_out ? sizeof(RecSmem<3, true>) : sizeof(RecSmem<3, false>));
+// The recurrence's instance for `stages` copy stages and v to memory or not, with its shared memory.
+struct RecurrenceVariant {
+  void (*kernel)(RecurrenceArgs, bf16*, const bf16*);
+  size_t smem;
+};
+template <int NS, bool VOut>
+RecurrenceVariant recurrence_variant() {
+  return {recurrence_tc_kernel<NS, VOut>, sizeof(RecSmem<NS, VOut>)};
+}
+RecurrenceVariant recurrence_tc_variant(int stages, bool v_out) {
+  return stages == 2 ? (v_out ? recurrence_variant<2, true>() : recurrence_variant<2, false>())
+                     : (v_out ? recurrence_variant<3, true>() : recurrence_variant<3, false>());
+}
+// Recurrence blocks: one per (sequence, value head, V tile).
+int64_t recurrence_tc_blocks(const Problem& p) {
+  return p.num_seqs * p.v_heads * kVTiles;
 }
 size_t output_tc_smem(bool multi) {
   return sizeof(OutSmem) + (multi ? size_t(kD) * kD * 4 : 0);
@@ -2181,8 +2194,8 @@ std::string multiprocessors(int* count) {
 int recurrence_stages(const Problem& p, int multiprocessors) {
   const int forced = measuring_switch("SGDN_CUDA_REC_STAGES");
   if (forced == 2 || forced == 3) return forced;
-  const int64_t blocks = p.num_seqs * p.v_heads * (tc::kD / tc::kVT);
-  return p.selector == SelectorKind::dense || blocks > 2 * int64_t(multiprocessors) ? 2 : 3;
+  return p.selector == SelectorKind::dense || tc::recurrence_tc_blocks(p) > 2 * int64_t(multiprocessors) ? 2
+                                                                                                         : 3;
 }
 // Whether the tensor-core recurrence leaves each chunk's v = U − W S in U's place for the output stage, which
 // then computes O = scale (e^γ ⊙ (Q S) + A v) instead of recomputing W S: for the dense selector with G = 1
@@ -2193,8 +2206,7 @@ int recurrence_stages(const Problem& p, int multiprocessors) {
 // counts and the extra stores cost more than they save (4 x 8K 1.586 → 1.651 ms; with the recurrence's
 // blocks in tile order, 1.526 → 1.542), so U stays as it is.
 bool v_through_memory(const Problem& p, int multiprocessors) {
-  const int64_t blocks = p.num_seqs * p.v_heads * (tc::kD / tc::kVT);
-  return p.selector == SelectorKind::dense && p.group == 1 && blocks <= multiprocessors;
+  return p.selector == SelectorKind::dense && p.group == 1 && tc::recurrence_tc_blocks(p) <= multiprocessors;
 }
 // Launches `kernel` (named `name` in errors) with its dynamic shared memory. early: programmatic dependent
 // launch, the kernel's blocks may be placed while the kernel before it in the stream still runs (from the
@@ -2339,9 +2351,9 @@ std::string check_problem(const Problem& p) {
   if (int64_t(p.max_chunks()) * p.v_heads >= (int64_t(1) << 31))
     return "too many chunks x heads for 32-bit indices";
   // The tensor-core recurrence's grid has one dimension: a block per (sequence, value head, V tile).
-  if (p.uses_tensor_cores() && p.num_seqs * p.v_heads * (tc::kD / tc::kVT) >= (int64_t(1) << 31))
+  if (p.uses_tensor_cores() && tc::recurrence_tc_blocks(p) >= (int64_t(1) << 31))
     return msg("num_seqs x v_heads = ", std::to_string(p.num_seqs * p.v_heads),
-               " is too large for the tensor-core recurrence (times ", std::to_string(tc::kD / tc::kVT),
+               " is too large for the tensor-core recurrence (times ", std::to_string(tc::kVTiles),
                " blocks must be < 2^31)");
   return {};
 }
@@ -2571,11 +2583,9 @@ std::string forward(const Problem& p, const DeviceTensors& t, void* workspace, s
                      t.final_state,
                      ws.progress};
   if (use_tc) {
-    const dim3 grid{unsigned(S * HV * (tc::kD / tc::kVT))};
+    const dim3 grid{unsigned(tc::recurrence_tc_blocks(p))};
     const int stages = recurrence_stages(p, sms);
-    const auto rec_kernel =
-        stages == 2 ? (v_in_u ? tc::recurrence_tc_kernel<2, true> : tc::recurrence_tc_kernel<2, false>)
-                    : (v_in_u ? tc::recurrence_tc_kernel<3, true> : tc::recurrence_tc_kernel<3, false>);
+    const auto [rec_kernel, rec_smem] = tc::recurrence_tc_variant(stages, v_in_u);
     // A multiprocessor that runs a 2-stage recurrence block keeps all of its shared memory (228 KB)
     // configured, so that an output block fits beside it; left alone, the driver configures the least that
     // holds two recurrence blocks (196 KB), and the output block (112 KB) would wait for the recurrence to
@@ -2583,8 +2593,8 @@ std::string forward(const Problem& p, const DeviceTensors& t, void* workspace, s
     if (stages == 2)
       SGDN_TRY_CUDA(cudaFuncSetAttribute(rec_kernel, cudaFuncAttributePreferredSharedMemoryCarveout,
                                          int(cudaSharedmemCarveoutMaxShared)));
-    err = launch_kernel("recurrence_tc_kernel", rec_kernel, grid, tc::kRecThreads,
-                        tc::recurrence_tc_smem(stages, v_in_u), stream, true, rec, u_tc, w_tc);
+    err = launch_kernel("recurrence_tc_kernel", rec_kernel, grid, tc::kRecThreads, rec_smem, stream, true,
+                        rec, u_tc, w_tc);
   } else {
     const dim3 rec_grid{unsigned(S), unsigned(HV), unsigned(vtiles)};
     err = bf16 ? launch_recurrence<__nv_bfloat16>(p, rec, rec_grid, stream)
