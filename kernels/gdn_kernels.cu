@@ -1027,14 +1027,12 @@ __global__ void __launch_bounds__(kThreads) output_kernel(OutputArgs a) {
 // different banks. U and W are stored in bf16; the carried state stays fp32 in registers (recurrence) and
 // is rounded to bf16 only as an mma operand.
 namespace tc {
-constexpr int kC = 64, kD = 128;   // chunk, head dim (K = V)
-constexpr int kLd = kD + 8;        // row stride of 128-wide bf16 tiles
-constexpr int kLdC = kC + 8;       // row stride of 64-wide bf16 tiles
-constexpr int kVT = kTcTile;       // V columns per recurrence block
-constexpr int kVTiles = kD / kVT;  // recurrence blocks per (sequence, value head)
-constexpr int kLdT = kVT + 8;
-constexpr int kWindow = 256;       // chunks of mask / decay staged at a time in the recurrence
-constexpr int kPublishEvery = 16;  // chunks between two progress stores of a recurrence block
+constexpr int kC = 64, kD = 128;       // chunk, head dim (K = V)
+constexpr int kLd = kD + 8;            // row stride of 128-wide bf16 tiles
+constexpr int kLdC = kC + 8;           // row stride of 64-wide bf16 tiles
+constexpr int kVTiles = kD / kTcTile;  // progress flags per (sequence, value head): one per 32 V columns
+constexpr int kWindow = 256;           // chunks of mask / decay staged at a time in the recurrence
+constexpr int kPublishEvery = 16;      // chunks between two progress stores of a recurrence block
 using bf16 = __nv_bfloat16;
 
 // Progress flags between the recurrence and the output stage, which runs beside it (programmatic dependent
@@ -1593,17 +1591,19 @@ __global__ void __launch_bounds__(128, 4) prepare_tc_kernel(PrepareArgs a, bf16*
   }
 }
 
-// ---- recurrence: per (sequence, value head, 32-column V tile), 256 threads (8 warps: two per scheduler).
-// The state tile (128 x 32 fp32) lives in registers: warp w owns rows 16w..16w+15 (1 m-tile x 4 n-tiles).
-// Each selected event:
-//   Sb = bf16(e^{pending} S) (shared);  v̂ = U − W Sb (warp w: rows 16(w & 3).., columns 16(w >> 2)..);
+// ---- recurrence: per (sequence, value head, V tile of VT = 32 or 64 columns), 256 threads (8 warps: two per
+// scheduler). The state tile (128 x VT fp32) lives in registers: warp w owns rows 16w..16w+15 (1 m-tile x
+// VT / 8 n-tiles). Each selected event:
+//   Sb = bf16(e^{pending} S) (shared);  v̂ = U − W Sb (warp w: rows 16(w & 3).., columns (VT / 2)(w >> 2)..);
 //   Vh = bf16(e^{Γ−γ} ⊙ v̂);  S = e^Γ S + Kᵀ Vh (warp w: its 16 state rows);  Sb = bf16(S), which is also
 //   the snapshot, copied out of shared memory in 16-byte stores.
 // Two barriers per event when events follow one another (Sb written, Vh written); a skipped chunk before an
 // event adds two to rescale Sb. The next NS − 1 selected events' W, K, U, γ are in flight (cp.async, NS
 // stages). NS = 3 (125 KB of shared memory) keeps a lone busy chain fed; NS = 2 (89 KB) leaves room on the
 // multiprocessor for an output block (or a second recurrence block) beside it, which pays where every chain
-// is busy (the dense selector).
+// is busy (the dense selector). VT = 64 (half the blocks, each copying W and K once for twice the columns)
+// is for runs with more 32-column blocks than multiprocessors (packed batches), where the copies' traffic
+// through L2 bounds the recurrence; 2 stages of it (109 KB) still let two blocks share a multiprocessor.
 constexpr int kRecThreads = 256;
 // The copied tiles have no padding: the 16-byte pieces of a row are permuted (XOR with bits of the row) so
 // that the 8 rows an ldmatrix reads, the rows the epilogue reads, and the 8 pieces a quarter-warp copies each
@@ -1612,41 +1612,52 @@ constexpr int kRecThreads = 256;
 __device__ __forceinline__ int swz128(int r, int c) {
   return r * kD + (((c >> 3) & 8) | (((c >> 3) ^ r) & 7)) * 8 + (c & 7);
 }
-// U's 32 columns: piece p of row r at p ^ ((r >> 1) & 3) (two rows per 128-byte line).
-__device__ __forceinline__ int swz32(int r, int c) {
-  return r * kVT + ((((c >> 3) ^ (r >> 1)) & 3) * 8) + (c & 7);
+// U's VT columns: for 32, piece p of row r at p ^ ((r >> 1) & 3) (two rows per 128-byte line); for 64, at
+// p ^ (r & 7) (one row per line).
+template <int VT>
+__device__ __forceinline__ int swz_u(int r, int c) {
+  static_assert(VT == 32 || VT == 64, "32 or 64 columns");
+  constexpr int kPieces = VT / 8, kRowShift = VT == 32 ? 1 : 0;
+  return r * VT + ((((c >> 3) ^ (r >> kRowShift)) & (kPieces - 1)) * 8) + (c & 7);
 }
+template <int VT>
 struct RecStage {
   bf16 w[kC * kD];
   bf16 k[kC * kD];
-  bf16 u[kC * kVT];
+  bf16 u[kC * VT];  // VOut: the event's v = U − W Sb takes U's place, on its way to memory
   float gam[kC];
 };
-template <int NS, bool VOut>
+template <int NS, int VT>
 struct RecSmem {
   static_assert(NS == 2 || NS == 3, "two or three copy stages");
-  RecStage stage[NS];
+  static constexpr int kLdT = VT + 8;  // row stride of Sb and Vh
+  RecStage<VT> stage[NS];
   bf16 sb[kD * kLdT];
   bf16 vh[kC * kLdT];
   uint8_t mask[kWindow];
   float decay[kWindow];
-  bf16 v[VOut ? kC * kVT : 8];  // VOut: the event's v = U − W Sb, U's layout, on its way to memory
 };
 
 // VOut (the dense selector, G = 1): each event's v = U − W Sb (bf16, this block's columns) also goes to
 // memory over the chunk's U, which this block alone reads and has read; the output stage takes it from there.
 // Only for a run in which every chunk is an event (v_through_memory): a skipped chunk would leave U in its
 // place.
-template <int NS, bool VOut>
-__global__ void __launch_bounds__(kRecThreads)
+template <int NS, bool VOut, int VT>
+__global__ void __launch_bounds__(kRecThreads, VT == 64 ? 2 : 0)  // 64: two blocks per multiprocessor
     recurrence_tc_kernel(RecurrenceArgs a, bf16* u_all, const bf16* w_all) {
+  constexpr int kTiles = kD / VT, kLdT = RecSmem<NS, VT>::kLdT;
+  constexpr int kFlags = VT / kTcTile;  // progress flags this block publishes
+  constexpr int kNP = VT / 32;          // v̂: n16 tiles per warp
+  constexpr int kSets = 4 / kNP;        // v̂: accumulator sets (independent mma chains) per n8 tile
+  constexpr int kUPieces = VT / 8;      // 16-byte pieces per row of U
+  constexpr int kURows = kRecThreads / kUPieces, kUCopies = kC / kURows;  // U rows copied at once; copies
   // One block per (sequence, value head, V tile), the tile fastest: the blocks that read the same W (a value
   // head's tiles) and the same K (a head pair's) are launched together, so that they run in the same wave
   // when a packed batch has more blocks than fit at once, and the later ones find W and K in L2.
-  const int tile = int(blockIdx.x % kVTiles);
-  const int hv = int(blockIdx.x / kVTiles % unsigned(a.HV));
-  const int64_t s = blockIdx.x / kVTiles / unsigned(a.HV);
-  const int col0 = tile * kVT;
+  const int tile = int(blockIdx.x % kTiles);
+  const int hv = int(blockIdx.x / kTiles % unsigned(a.HV));
+  const int64_t s = blockIdx.x / kTiles / unsigned(a.HV);
+  const int col0 = tile * VT;
   const int V = kD;
   const int h = hv / (a.HV / a.H);
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, gq = lane >> 2, tq = lane & 3;
@@ -1655,38 +1666,40 @@ __global__ void __launch_bounds__(kRecThreads)
   const int64_t slot_base = snapshot_slot_base(a.chunk_offset[s], s, a.HV, hv, n);
   const int64_t ev_base = int64_t(a.chunk_offset[s]) * a.HV + int64_t(hv) * n;
   extern __shared__ __align__(16) unsigned char smem_raw[];
-  RecSmem<NS, VOut>& sm = *reinterpret_cast<RecSmem<NS, VOut>*>(smem_raw);
+  RecSmem<NS, VT>& sm = *reinterpret_cast<RecSmem<NS, VT>*>(smem_raw);
   const bf16* kp = static_cast<const bf16*>(a.k);
   // Every block of this grid is resident once all have passed here, and the kernels before it are complete:
   // the output stage may launch beside it (its blocks wait on `progress`, never the other way round, so no
   // block can starve this grid; they read the pre-pass's results at once).
   let_next_grid_start();
-  int32_t* progress = a.progress + progress_flag_index(s, a.HV, hv, kVTiles, tile);
+  int32_t* progress = a.progress + progress_flag_index(s, a.HV, hv, kVTiles, tile * kFlags);
   int64_t published = 0;
   // Chunks [0, upto) have their group records (written by tile 0's block) and the snapshots those name (each
-  // block its columns) in memory. Called after a barrier that follows the stores.
+  // block its columns) in memory: the flags of this block's 32-column parts. Called after a barrier that
+  // follows the stores.
   auto publish = [&](int64_t upto) {
-    if (threadIdx.x == 0) publish_progress(progress, int32_t(upto));
+    if (threadIdx.x < kFlags) publish_progress(progress + threadIdx.x, int32_t(upto));
     published = upto;
   };
 
   // State registers: st[nt][r] at row 16w + gq + 8(r>>1), column col0 + 8nt + 2tq + (r&1).
-  float st[4][4];
-  for (int nt = 0; nt < 4; ++nt)
+  float st[VT / 8][4];
+  for (int nt = 0; nt < VT / 8; ++nt)
     for (int r = 0; r < 4; ++r) {
       const int d = warp * 16 + gq + (r >> 1) * 8, col = col0 + nt * 8 + tq * 2 + (r & 1);
       st[nt][r] = a.initial_state ? a.initial_state[((s * a.HV + hv) * kD + d) * V + col] : 0.f;
     }
-  // Snapshot `slot` from Sb (bf16(S), written and made visible by the caller): 128 rows x 64 bytes, two
+  // Snapshot `slot` from Sb (bf16(S), written and made visible by the caller): 128 rows x 2 VT bytes, VT / 16
   // 16-byte stores per thread; each store instruction fills whole 32-byte sectors (a thread pair, one row).
+  // (A quarter-warp's loads then fall two to a bank; a mapping without that, measured, lost more to the
+  // registers it took, at 64 columns, than it saved: 2 x 16K dense 1.375 → 1.507 ms.)
   const int snap_row = threadIdx.x >> 1, snap_col = (threadIdx.x & 1) * 8;
   auto write_snapshot = [&](int64_t slot, int32_t chunk) {
     bf16* dst = reinterpret_cast<bf16*>(a.snapshots) + (slot_base + slot) * kD * V + snap_row * V + col0;
     const bf16* src = sm.sb + snap_row * kLdT;
-    const uint4 x0 = *reinterpret_cast<const uint4*>(src + snap_col);
-    const uint4 x1 = *reinterpret_cast<const uint4*>(src + snap_col + 16);
-    *reinterpret_cast<uint4*>(dst + snap_col) = x0;
-    *reinterpret_cast<uint4*>(dst + snap_col + 16) = x1;
+    uint4 x[VT / 16];
+    for (int j = 0; j < VT / 16; ++j) x[j] = *reinterpret_cast<const uint4*>(src + snap_col + 16 * j);
+    for (int j = 0; j < VT / 16; ++j) *reinterpret_cast<uint4*>(dst + snap_col + 16 * j) = x[j];
     if (tile == 0 && threadIdx.x == 0) a.snapshot_chunk[slot_base + slot] = chunk;
   };
   // An event's snapshot leaves during the next event, once that event's W Sb products are issued (their
@@ -1703,11 +1716,13 @@ __global__ void __launch_bounds__(kRecThreads)
 
   // The sequence's offsets once, in registers: fetch() must not wait on global loads before its copies.
   const int64_t seq_chunk0 = a.chunk_offset[s], seq_t0 = a.seq_start[s], seq_len = a.seq_len[s];
-  // The copies' thread-constant parts (256 threads): W and K rows r0 + 16j (j < 4), 16-byte part p8; U row
-  // ur, part up. Per event only the 64-bit bases change, so the copies take immediate offsets.
+  // The copies' thread-constant parts (256 threads): W and K rows r0 + 16j (j < 4), 16-byte part p8; U rows
+  // ur + kURows j (j < kUCopies), part up. Per event only the 64-bit bases change, so the copies take
+  // immediate offsets.
   const int r0 = threadIdx.x >> 4, p8 = (threadIdx.x & 15) * 8;
-  const int ur = threadIdx.x >> 2, up = (threadIdx.x & 3) * 8;
-  const int w_dst = swz128(r0, p8), u_dst = swz32(ur, up);  // rows r0 + 16j keep r0's low bits
+  const int ur = threadIdx.x / kUPieces, up = (threadIdx.x % kUPieces) * 8;
+  // Rows r0 + 16j and ur + kURows j keep the low bits of r0 and ur that the permutations read.
+  const int w_dst = swz128(r0, p8), u_dst = swz_u<VT>(ur, up);
   const int64_t k_row = int64_t(a.H) * kD;
   // Chunk c's sources are chunk 0's moved by a fixed stride: one 64-bit multiply-add per source and event.
   const int64_t uw_step = int64_t(a.HV) * (kC * kD), k_step = kC * k_row, g_step = int64_t(a.HV) * kC;
@@ -1717,7 +1732,7 @@ __global__ void __launch_bounds__(kRecThreads)
   const float* g_src0 = a.gamma + (seq_chunk0 * a.HV + hv) * kC + (threadIdx.x % (kC / 4)) * 4;
   auto fetch = [&](int buf, int64_t c) {
     const int len = int(min_i64(kC, seq_len - c * kC));
-    RecStage& st_ = sm.stage[buf];
+    RecStage<VT>& st_ = sm.stage[buf];
     const bf16* wsrc = w_src0 + c * uw_step;
     const bf16* ksrc = k_src0 + c * k_step;
 #pragma unroll
@@ -1727,7 +1742,9 @@ __global__ void __launch_bounds__(kRecThreads)
       cp_async16(st_.k + w_dst + 16 * j * kD, valid ? ksrc : kp, valid);
       ksrc += 16 * k_row;
     }
-    cp_async16(st_.u + u_dst, u_src0 + c * uw_step, true);
+#pragma unroll
+    for (int j = 0; j < kUCopies; ++j)
+      cp_async16(st_.u + u_dst + j * kURows * VT, u_src0 + c * uw_step + j * kURows * kD, true);
     if (threadIdx.x < kC / 4) cp_async16(st_.gam + threadIdx.x * 4, g_src0 + c * g_step, true);
     cp_async_commit();
   };
@@ -1739,16 +1756,17 @@ __global__ void __launch_bounds__(kRecThreads)
   int buf = 0;
   int64_t next_group_start = 0;
   const int64_t group0 = a.group_offset[s];
-  const int vrow = (warp & 3) * 16, vcol = (warp >> 2) * 16;  // this warp's tile of v̂
+  const int vrow = (warp & 3) * 16, vcol = (warp >> 2) * (VT / 2);  // this warp's tile of v̂
   // This thread's element offsets in the tiles, once (the tiles' k-steps add constants): its W fragment rows
   // at k-steps 0-3 (steps 4-7 are 64 elements on: the permutation keeps the low three piece bits), its Kᵀ
-  // fragment, its Sb and Vh fragments, its U pairs (n-tiles 0, 1; the second row half is 256 elements on),
-  // its row of v̂ (Vh stores, γ) and its state rows (Sb stores).
+  // fragment, its Sb and Vh fragments, its U pairs (n-tiles 0 .. 2 kNP − 1; the second row half is 8 rows
+  // on), its row of v̂ (Vh stores, γ) and its state rows (Sb stores).
   int w_off[4];
   for (int kk = 0; kk < 4; ++kk) w_off[kk] = opaque(a_lane_at(swz128, vrow, kk * 16));
   const int k_off = opaque(a_t_lane_at(swz128, warp * 16, 0));
   const int b_off = opaque(b_kn_lane(kLdT, 0, 0));
-  const int u_off[2] = {opaque(swz32(vrow + gq, vcol + tq * 2)), opaque(swz32(vrow + gq, vcol + 8 + tq * 2))};
+  int u_off[2 * kNP];
+  for (int nt = 0; nt < 2 * kNP; ++nt) u_off[nt] = opaque(swz_u<VT>(vrow + gq, vcol + nt * 8 + tq * 2));
   const int v_row = opaque(vrow + gq), vh_off = opaque((vrow + gq) * kLdT + vcol + tq * 2);
   const int sb_off = opaque((warp * 16 + gq) * kLdT + tq * 2);
   for (int64_t w0 = 0; w0 < n; w0 += kWindow) {
@@ -1791,24 +1809,28 @@ __global__ void __launch_bounds__(kRecThreads)
       if (pending != 0.f) {  // block-uniform: rescale the state and Sb by the skipped chunks' decay
         const float carried = __expf(pending);
         pending = 0.f;
-        for (int nt = 0; nt < 4; ++nt)
+        for (int nt = 0; nt < VT / 8; ++nt)
           for (int r = 0; r < 4; ++r) st[nt][r] *= carried;
         flush_snapshot();
         __syncthreads();  // every read of the old Sb (snapshot copy) is done
         store_tile_bf16_at(sm.sb + sb_off, kLdT, st);
         __syncthreads();
       }
-      const RecStage& cs = sm.stage[buf];
+      RecStage<VT>& cs = sm.stage[buf];
       --inflight;  // this one
-      {  // v̂ = U − W Sb: this warp's 16 x 16 tile, k = 128, in four accumulator sets (chains of two mma)
-        float acc[4][2][4] = {};
+      {  // v̂ = U − W Sb: this warp's 16 x (VT / 2) tile, k = 128, in kSets accumulator sets (mma chains)
+        float acc[kSets][2 * kNP][4] = {};
 #pragma unroll
         for (int kk = 0; kk < kD / 16; ++kk) {
-          uint32_t af[4], bf[4];
+          uint32_t af[4];
           ldsm_x4(af, cs.w + w_off[kk & 3] + (kk >> 2) * 64);
-          ldsm_x4_t(bf, sm.sb + b_off + kk * 16 * kLdT + vcol);
-          mma(acc[kk & 3][0], af, bf[0], bf[1]);
-          mma(acc[kk & 3][1], af, bf[2], bf[3]);
+#pragma unroll
+          for (int np = 0; np < kNP; ++np) {
+            uint32_t bf[4];
+            ldsm_x4_t(bf, sm.sb + b_off + kk * 16 * kLdT + vcol + np * 16);
+            mma(acc[kk % kSets][2 * np], af, bf[0], bf[1]);
+            mma(acc[kk % kSets][2 * np + 1], af, bf[2], bf[3]);
+          }
         }
         // While the products run: the previous event's snapshot, the copies of the next event not yet in
         // flight.
@@ -1823,16 +1845,17 @@ __global__ void __launch_bounds__(kRecThreads)
         for (int half = 0; half < 2; ++half) {
           const float f = __expf(big_gamma - cs.gam[v_row + half * 8]);
 #pragma unroll
-          for (int nt = 0; nt < 2; ++nt) {
-            const float2 uu =
-                unpack_bf16(*reinterpret_cast<const uint32_t*>(cs.u + u_off[nt] + half * 8 * kVT));
+          for (int nt = 0; nt < 2 * kNP; ++nt) {
+            uint32_t* u_pair = reinterpret_cast<uint32_t*>(cs.u + u_off[nt] + half * 8 * VT);
+            const float2 uu = unpack_bf16(*u_pair);
             float x[2];
             for (int e = 0; e < 2; ++e) {
               const int r = 2 * half + e;
-              x[e] = (e ? uu.y : uu.x) - ((acc[0][nt][r] + acc[1][nt][r]) + (acc[2][nt][r] + acc[3][nt][r]));
+              float ws = acc[0][nt][r] + acc[1][nt][r];
+              if constexpr (kSets == 4) ws += acc[2][nt][r] + acc[3][nt][r];
+              x[e] = (e ? uu.y : uu.x) - ws;
             }
-            if constexpr (VOut)
-              *reinterpret_cast<uint32_t*>(sm.v + u_off[nt] + half * 8 * kVT) = pack_bf16(x[0], x[1]);
+            if constexpr (VOut) *u_pair = pack_bf16(x[0], x[1]);  // v over U: this thread read the pair
             *reinterpret_cast<uint32_t*>(sm.vh + vh_off + half * 8 * kLdT + nt * 8) =
                 pack_bf16(x[0] * f, x[1] * f);
           }
@@ -1843,25 +1866,29 @@ __global__ void __launch_bounds__(kRecThreads)
       // (VOut: this chunk's v leaves below, so up to the one before; then every 15 chunks instead of 16).
       if (c + 1 - published >= kPublishEvery) publish(VOut ? c : c + 1);
       if constexpr (VOut)
-        *reinterpret_cast<uint4*>(u_src0 + c * uw_step) = *reinterpret_cast<const uint4*>(sm.v + u_dst);
-      {  // S = e^Γ S + Kᵀ Vh: rows 16w.., 32 columns, k = 64; the second half of k into a second set
+#pragma unroll
+        for (int j = 0; j < kUCopies; ++j)
+          *reinterpret_cast<uint4*>(u_src0 + c * uw_step + j * kURows * kD) =
+              *reinterpret_cast<const uint4*>(cs.u + u_dst + j * kURows * VT);
+      {  // S = e^Γ S + Kᵀ Vh: rows 16w.., VT columns, k = 64; the second half of k into a second set
         const float decay = __expf(big_gamma);
-        float st2[4][4] = {};
-        for (int nt = 0; nt < 4; ++nt)
+        float st2[VT / 8][4] = {};
+        for (int nt = 0; nt < VT / 8; ++nt)
           for (int r = 0; r < 4; ++r) st[nt][r] *= decay;
 #pragma unroll
         for (int k0 = 0; k0 < kC; k0 += 16) {
-          uint32_t af[4], bf[4], bf2[4];
+          uint32_t af[4];
           ldsm_x4_t(af, cs.k + k_off + k0 * kD);
-          ldsm_x4_t(bf, sm.vh + b_off + k0 * kLdT);
-          ldsm_x4_t(bf2, sm.vh + b_off + k0 * kLdT + 16);
-          float(&d)[4][4] = k0 < kC / 2 ? st : st2;
-          mma(d[0], af, bf[0], bf[1]);
-          mma(d[1], af, bf[2], bf[3]);
-          mma(d[2], af, bf2[0], bf2[1]);
-          mma(d[3], af, bf2[2], bf2[3]);
+          float(&d)[VT / 8][4] = k0 < kC / 2 ? st : st2;
+#pragma unroll
+          for (int j = 0; j < VT / 16; ++j) {
+            uint32_t bf[4];
+            ldsm_x4_t(bf, sm.vh + b_off + k0 * kLdT + 16 * j);
+            mma(d[2 * j], af, bf[0], bf[1]);
+            mma(d[2 * j + 1], af, bf[2], bf[3]);
+          }
         }
-        for (int nt = 0; nt < 4; ++nt)
+        for (int nt = 0; nt < VT / 8; ++nt)
           for (int r = 0; r < 4; ++r) st[nt][r] += st2[nt][r];
       }
       // Sb = bf16(S): every read of the old Sb (W Sb above) is behind the barrier. The next event's data must
@@ -1880,7 +1907,7 @@ __global__ void __launch_bounds__(kRecThreads)
   publish(n);
   if (a.final_state) {
     const float carried = __expf(pending);
-    for (int nt = 0; nt < 4; ++nt)
+    for (int nt = 0; nt < VT / 8; ++nt)
       for (int half = 0; half < 2; ++half) {
         const int d = warp * 16 + gq + half * 8, col = col0 + nt * 8 + tq * 2;
         *reinterpret_cast<float2*>(a.final_state + ((s * a.HV + hv) * kD + d) * V + col) =
@@ -2112,22 +2139,27 @@ __global__ void __launch_bounds__(256) output_tc_kernel(OutputArgs a, const bf16
 size_t prepare_tc_smem() {
   return kPrepSmemBytes;
 }
-// The recurrence's instance for `stages` copy stages and v to memory or not, with its shared memory.
+// The recurrence's instance for `stages` copy stages, v to memory or not and `columns` per block, with its
+// shared memory.
 struct RecurrenceVariant {
   void (*kernel)(RecurrenceArgs, bf16*, const bf16*);
   size_t smem;
 };
-template <int NS, bool VOut>
+template <int NS, bool VOut, int VT>
 RecurrenceVariant recurrence_variant() {
-  return {recurrence_tc_kernel<NS, VOut>, sizeof(RecSmem<NS, VOut>)};
+  return {recurrence_tc_kernel<NS, VOut, VT>, sizeof(RecSmem<NS, VT>)};
 }
-RecurrenceVariant recurrence_tc_variant(int stages, bool v_out) {
-  return stages == 2 ? (v_out ? recurrence_variant<2, true>() : recurrence_variant<2, false>())
-                     : (v_out ? recurrence_variant<3, true>() : recurrence_variant<3, false>());
+template <int VT>
+RecurrenceVariant recurrence_variant(int stages, bool v_out) {
+  return stages == 2 ? (v_out ? recurrence_variant<2, true, VT>() : recurrence_variant<2, false, VT>())
+                     : (v_out ? recurrence_variant<3, true, VT>() : recurrence_variant<3, false, VT>());
 }
-// Recurrence blocks: one per (sequence, value head, V tile).
-int64_t recurrence_tc_blocks(const Problem& p) {
-  return p.num_seqs * p.v_heads * kVTiles;
+RecurrenceVariant recurrence_tc_variant(int stages, bool v_out, int columns) {
+  return columns == 64 ? recurrence_variant<64>(stages, v_out) : recurrence_variant<32>(stages, v_out);
+}
+// Recurrence blocks of `columns` (32 or 64) V columns: one per (sequence, value head, V tile).
+int64_t recurrence_tc_blocks(const Problem& p, int columns = kTcTile) {
+  return p.num_seqs * p.v_heads * (kD / columns);
 }
 size_t output_tc_smem(bool multi) {
   return sizeof(OutSmem) + (multi ? size_t(kD) * kD * 4 : 0);
@@ -2168,7 +2200,8 @@ size_t output_smem(const Problem& p) {
 }
 
 // The measuring aids below are environment variables holding one digit (SGDN_CUDA_STAGE_TIMING=1,
-// SGDN_CUDA_SERIAL_OUTPUTS=1, SGDN_CUDA_REC_STAGES=2|3); anything else, or unset, reads as -1 (off).
+// SGDN_CUDA_SERIAL_OUTPUTS=1, SGDN_CUDA_REC_STAGES=2|3, SGDN_CUDA_REC_WIDE=0|1, SGDN_CUDA_V_THROUGH=0|1);
+// anything else, or unset, reads as -1 (off).
 int measuring_switch(const char* name) {
   const char* env = std::getenv(name);
   return env && env[0] >= '0' && env[0] <= '9' && env[1] == 0 ? env[0] - '0' : -1;
@@ -2184,6 +2217,14 @@ std::string multiprocessors(int* count) {
   return {};
 }
 
+// V columns per tensor-core recurrence block: 32 while the 32-column blocks fit one per multiprocessor (B =
+// 1: each chain's event is shortest), else 64 (packed batches: half the blocks, and half the copies of W and
+// K through L2 per column). SGDN_CUDA_REC_WIDE=0 or 1 forces 32 or 64 (a measuring aid).
+int recurrence_columns(const Problem& p, int multiprocessors) {
+  const int forced = measuring_switch("SGDN_CUDA_REC_WIDE");
+  if (forced == 0 || forced == 1) return forced ? 64 : 32;
+  return tc::recurrence_tc_blocks(p) > multiprocessors ? 64 : 32;
+}
 // Copy stages of the tensor-core recurrence: 2 for the dense selector (all chains equally long, so the
 // multiprocessors' throughput counts and an output block fits beside each recurrence block); 3 for the sparse
 // ones, where the busiest chain is the critical path and runs alone on its multiprocessor (a sparse selector
@@ -2191,22 +2232,28 @@ std::string multiprocessors(int* count) {
 // more than two blocks per multiprocessor (a packed batch), where the blocks' throughput counts again
 // (measured at 4 x 8K: 1.217 ms with 2 stages, 1.285 with 3; at 2 x 16K, 256 blocks, 3 stay faster).
 // SGDN_CUDA_REC_STAGES=2 or 3 overrides it (a measuring aid).
-int recurrence_stages(const Problem& p, int multiprocessors) {
+int recurrence_stages(const Problem& p, int multiprocessors, int columns) {
   const int forced = measuring_switch("SGDN_CUDA_REC_STAGES");
   if (forced == 2 || forced == 3) return forced;
-  return p.selector == SelectorKind::dense || tc::recurrence_tc_blocks(p) > 2 * int64_t(multiprocessors) ? 2
-                                                                                                         : 3;
+  return p.selector == SelectorKind::dense ||
+                 tc::recurrence_tc_blocks(p, columns) > 2 * int64_t(multiprocessors)
+             ? 2
+             : 3;
 }
 // Whether the tensor-core recurrence leaves each chunk's v = U − W S in U's place for the output stage, which
 // then computes O = scale (e^γ ⊙ (Q S) + A v) instead of recomputing W S: for the dense selector with G = 1
-// (every chunk an event, one chunk per output block) when the recurrence has at most one block per
-// multiprocessor. There the output blocks beside the chains do 20 % less work (outputs alone at 32K 0.590 →
-// 0.528 ms) for a chain 5 % longer (0.926 → 0.976 ms): forwards 0.5-1 % faster (16K 0.807 → 0.800, 128K
-// 6.182 → 6.127 ms). With two recurrence blocks per multiprocessor (packed batches) the chains' throughput
-// counts and the extra stores cost more than they save (4 x 8K 1.586 → 1.651 ms; with the recurrence's
-// blocks in tile order, 1.526 → 1.542), so U stays as it is.
-bool v_through_memory(const Problem& p, int multiprocessors) {
-  return p.selector == SelectorKind::dense && p.group == 1 && tc::recurrence_tc_blocks(p) <= multiprocessors;
+// (every chunk an event, one chunk per output block), unless 32-column recurrence blocks share a
+// multiprocessor. With at most one recurrence block per multiprocessor the output blocks beside the chains do
+// 20 % less work (outputs alone at 32K 0.590 → 0.528 ms) for a chain 5 % longer (0.926 → 0.976 ms): forwards
+// 0.5-1 % faster (16K 0.807 → 0.800, 128K 6.182 → 6.127 ms). Two 32-column blocks per multiprocessor (a
+// packed batch forced to 32 columns) lose more to the extra stores than the outputs save (4 x 8K 1.526 →
+// 1.542 ms); two 64-column blocks gain (4 x 8K 1.410 → 1.397, 1.406 → 1.393 ms in two pairs of runs).
+// SGDN_CUDA_V_THROUGH=0 or 1 forces it off or on for the dense selector with G = 1 (a measuring aid).
+bool v_through_memory(const Problem& p, int multiprocessors, int columns) {
+  if (p.selector != SelectorKind::dense || p.group != 1) return false;
+  const int forced = measuring_switch("SGDN_CUDA_V_THROUGH");
+  if (forced == 0 || forced == 1) return forced == 1;
+  return columns == 64 || tc::recurrence_tc_blocks(p, 32) <= multiprocessors;
 }
 // Launches `kernel` (named `name` in errors) with its dynamic shared memory. early: programmatic dependent
 // launch, the kernel's blocks may be placed while the kernel before it in the stream still runs (from the
@@ -2451,7 +2498,8 @@ std::string forward(const Problem& p, const DeviceTensors& t, void* workspace, s
   int sms = 0;
   if (use_tc)
     if (std::string e = multiprocessors(&sms); !e.empty()) return e;
-  const bool v_in_u = use_tc && v_through_memory(p, sms);
+  const int rec_columns = use_tc ? recurrence_columns(p, sms) : 0;
+  const bool v_in_u = use_tc && v_through_memory(p, sms, rec_columns);
   auto* u_tc = reinterpret_cast<__nv_bfloat16*>(ws.u);
   auto* w_tc = reinterpret_cast<__nv_bfloat16*>(ws.w);
   std::string err;
@@ -2583,9 +2631,9 @@ std::string forward(const Problem& p, const DeviceTensors& t, void* workspace, s
                      t.final_state,
                      ws.progress};
   if (use_tc) {
-    const dim3 grid{unsigned(tc::recurrence_tc_blocks(p))};
-    const int stages = recurrence_stages(p, sms);
-    const auto [rec_kernel, rec_smem] = tc::recurrence_tc_variant(stages, v_in_u);
+    const dim3 grid{unsigned(tc::recurrence_tc_blocks(p, rec_columns))};
+    const int stages = recurrence_stages(p, sms, rec_columns);
+    const auto [rec_kernel, rec_smem] = tc::recurrence_tc_variant(stages, v_in_u, rec_columns);
     // A multiprocessor that runs a 2-stage recurrence block keeps all of its shared memory (228 KB)
     // configured, so that an output block fits beside it; left alone, the driver configures the least that
     // holds two recurrence blocks (196 KB), and the output block (112 KB) would wait for the recurrence to

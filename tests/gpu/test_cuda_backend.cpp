@@ -546,10 +546,13 @@ TEST_CASE("CUDA tensor-core path matches float64 within the bf16 bound", "[gpu][
       {make_shape(1, 64 * 40, 2, 4), false, 4},
       // 301 chunks: progress published many times and a second mask window (256 chunks), with v from memory
       {make_shape(1, 64 * 300 + 9, 1, 2), true, 1},
-      // more recurrence blocks (2 x 32 heads x 4 tiles) than multiprocessors: several waves of them. (With at
-      // most one recurrence block per multiprocessor, the cases above with G = 1 take v = U − W S from the
-      // recurrence through memory; this one and those with G > 1 recompute it in the output stage.)
-      {make_shape(2, 64 * 5 + 7, 8, 32), true, 1}};
+      // More 32-column recurrence blocks (2 x 32 heads x 4 tiles) than multiprocessors: 64-column blocks, one
+      // per multiprocessor on a 132-multiprocessor device, v through memory. (With at most one recurrence
+      // block per multiprocessor, the cases with G = 1 take v = U − W S from the recurrence through memory;
+      // those with G > 1 and the next one recompute it in the output stage.)
+      {make_shape(2, 64 * 5 + 7, 8, 32), true, 1},
+      // 6 x 32 heads: 384 blocks of 64 columns, two per multiprocessor, in more than one wave
+      {make_shape(6, 64 * 3 + 7, 8, 32), true, 1}};
   int index = 0;
   double worst = 0;
   for (const Case& cs : cases) {
@@ -640,8 +643,10 @@ TEST_CASE("CUDA tensor-core path matches float64 within the bf16 bound", "[gpu][
 // The tensor-core output stage starts while the recurrence runs and waits on its progress flags; a missed or
 // early flag would read a snapshot or group record before it is written. Outputs, states and masks must equal
 // those of the plain serial launch bit for bit (the arithmetic is the same), over several mask windows
-// (600 chunks), packed sequences, sparse and dense selectors, G = 1 and G = 3, and repeated runs. The
-// recurrence's other copy-pipeline depth (2 stages for sparse, 3 for dense) must give the same bits too.
+// (600 chunks), packed sequences, sparse and dense selectors, G = 1 and G = 3, and repeated runs, with
+// recurrence blocks of 32 and of 64 columns (each against its own serial launch: the two sum W S in another
+// order). The recurrence's other copy-pipeline depth (2 stages for sparse, 3 for dense) must give the same
+// bits too.
 namespace {
 // An environment variable set for one scope, unset when the scope ends (also when a check throws), so that a
 // failing case cannot leave later cases running another code path.
@@ -677,36 +682,40 @@ TEST_CASE("CUDA tensor-core outputs beside the recurrence equal the serial launc
   options.input_precision = CudaPrecision::bfloat16;
   options.output_precision = CudaPrecision::bfloat16;
   options.tensor_cores = true;
-  for (const std::string sel : {"head_budget", "dense"})
-    for (int64_t group : {1, 3}) {
-      const Strategies s =
-          sel == "dense" ? make_strategies("exact", {}, "survival", "dense", {}, 64, group, Granularity::pair)
-                         : make_strategies("block_adjacent", {{"block", "16"}, {"band", "1"}}, "update_norm",
-                                           "head_budget", {{"rho", "0.29"}}, 64, group, Granularity::pair);
-      EngineResult<float> serial;
-      {
-        const ScopedEnv plain_launch("SGDN_CUDA_SERIAL_OUTPUTS", "1");
-        serial = run_cuda(in, s.config, options);
+  for (const char* wide : {"0", "1"})
+    for (const std::string sel : {"head_budget", "dense"})
+      for (int64_t group : {1, 3}) {
+        const ScopedEnv columns("SGDN_CUDA_REC_WIDE", wide);
+        const Strategies s =
+            sel == "dense"
+                ? make_strategies("exact", {}, "survival", "dense", {}, 64, group, Granularity::pair)
+                : make_strategies("block_adjacent", {{"block", "16"}, {"band", "1"}}, "update_norm",
+                                  "head_budget", {{"rho", "0.29"}}, 64, group, Granularity::pair);
+        EngineResult<float> serial;
+        {
+          const ScopedEnv plain_launch("SGDN_CUDA_SERIAL_OUTPUTS", "1");
+          serial = run_cuda(in, s.config, options);
+        }
+        int64_t kept = 0;
+        for (uint8_t m : serial.event_mask.values()) kept += m;
+        INFO(sel << " G " << group << ", " << (*wide == '1' ? 64 : 32) << "-column recurrence blocks, "
+                 << kept << " of " << serial.event_mask.size() << " events kept");
+        CHECK((kept < serial.event_mask.size()) == (sel != "dense"));
+        for (int repeat = 0; repeat < 4; ++repeat) {
+          const bool other_stages = repeat == 3;
+          const ScopedEnv stages("SGDN_CUDA_REC_STAGES", !other_stages ? "" : sel == "dense" ? "3" : "2");
+          const EngineResult<float> overlapped = run_cuda(in, s.config, options);
+          INFO("repeat " << repeat << (other_stages ? " (other recurrence stages)" : ""));
+          REQUIRE(bit_differences(overlapped.event_mask.values(), serial.event_mask.values()).first == 0);
+          const auto [o_count, o_first] = bit_differences(overlapped.o.values(), serial.o.values());
+          const auto [s_count, s_first] =
+              bit_differences(overlapped.final_state.values(), serial.final_state.values());
+          INFO("o: " << o_count << " elements differ, the first at " << o_first
+                     << "; final state: " << s_count << ", the first at " << s_first);
+          CHECK(o_count == 0);
+          CHECK(s_count == 0);
+        }
       }
-      int64_t kept = 0;
-      for (uint8_t m : serial.event_mask.values()) kept += m;
-      INFO(sel << " G " << group << ", " << kept << " of " << serial.event_mask.size() << " events kept");
-      CHECK((kept < serial.event_mask.size()) == (sel != "dense"));
-      for (int repeat = 0; repeat < 4; ++repeat) {
-        const bool other_stages = repeat == 3;
-        const ScopedEnv stages("SGDN_CUDA_REC_STAGES", !other_stages ? "" : sel == "dense" ? "3" : "2");
-        const EngineResult<float> overlapped = run_cuda(in, s.config, options);
-        INFO("repeat " << repeat << (other_stages ? " (other recurrence stages)" : ""));
-        REQUIRE(bit_differences(overlapped.event_mask.values(), serial.event_mask.values()).first == 0);
-        const auto [o_count, o_first] = bit_differences(overlapped.o.values(), serial.o.values());
-        const auto [s_count, s_first] =
-            bit_differences(overlapped.final_state.values(), serial.final_state.values());
-        INFO("o: " << o_count << " elements differ, the first at " << o_first << "; final state: " << s_count
-                   << ", the first at " << s_first);
-        CHECK(o_count == 0);
-        CHECK(s_count == 0);
-      }
-    }
 }
 
 namespace {
