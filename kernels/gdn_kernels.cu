@@ -70,16 +70,18 @@ struct alignas(16) ChunkInfo {
 };
 struct alignas(16) GroupInfo {
   int32_t s, first, n, chunk0;  // sequence, its first chunk in this group, its chunks, its first chunk's id
-  int32_t seq_start, seq_len, unused0, unused1;
+  int32_t seq_start, seq_len;
+  int32_t id;  // the group's index in the per-(group, value head) records (group_slot, group_log_decay)
+  int32_t unused;
 };
 __device__ __forceinline__ ChunkInfo load_chunk_info(const ChunkInfo* table, int64_t id) {
   const int4 x = *reinterpret_cast<const int4*>(table + id);
   return {x.x, x.y, x.z, x.w};
 }
-__device__ __forceinline__ GroupInfo load_group_info(const GroupInfo* table, int64_t gid) {
-  const int4 x = reinterpret_cast<const int4*>(table + gid)[0],
-             y = reinterpret_cast<const int4*>(table + gid)[1];
-  return {x.x, x.y, x.z, x.w, y.x, y.y, 0, 0};
+__device__ __forceinline__ GroupInfo load_group_info(const GroupInfo* table, int64_t at) {
+  const int4 x = reinterpret_cast<const int4*>(table + at)[0],
+             y = reinterpret_cast<const int4*>(table + at)[1];
+  return {x.x, x.y, x.z, x.w, y.x, y.y, y.z, 0};
 }
 // Chunk c (within its sequence) of an output group: its first token, its tokens (at most C), and its slot in
 // the per-(chunk, value head) arrays (γ, U, W) for value head hv.
@@ -267,6 +269,9 @@ struct TableArgs {
 struct MaxOp {
   __device__ int32_t operator()(int32_t x, int32_t y) const { return max(x, y); }
 };
+struct MinOp {
+  __device__ int32_t operator()(int32_t x, int32_t y) const { return min(x, y); }
+};
 
 // The last s in [0, count) with offset[s] <= i (offset non-decreasing, offset[0] <= i).
 __device__ __forceinline__ int32_t owner_of(const int32_t* offset, int32_t count, int32_t i) {
@@ -285,7 +290,7 @@ __global__ void __launch_bounds__(kTableThreads) table_kernel(TableArgs a) {
   let_next_grid_start();  // the next kernel's blocks may be placed (they wait for this one to complete)
   using Scan = cub::BlockScan<int32_t, kTableThreads>;
   __shared__ typename Scan::TempStorage scan;
-  __shared__ int32_t carry[3];  // P at the tile's start, chunks and groups before it
+  __shared__ int32_t carry[4];  // P at the tile's start, chunks and groups before it, fewest groups so far
   const int32_t total = int32_t(a.total);
   auto clamp_offset = [&](int64_t j) {
     return a.cu_seqlens ? min(max(a.cu_seqlens[j], 0), total) : (j == 0 ? 0 : total);
@@ -293,6 +298,7 @@ __global__ void __launch_bounds__(kTableThreads) table_kernel(TableArgs a) {
   if (threadIdx.x == 0) {
     carry[0] = clamp_offset(0);
     carry[1] = carry[2] = 0;
+    carry[3] = INT32_MAX;
   }
   __syncthreads();
   for (int64_t tile = 0; tile < a.num_seqs; tile += kTableThreads) {
@@ -309,6 +315,9 @@ __global__ void __launch_bounds__(kTableThreads) table_kernel(TableArgs a) {
     Scan(scan).ExclusiveSum(n, c_before, c_all);
     __syncthreads();
     Scan(scan).ExclusiveSum(groups, g_before, g_all);
+    __syncthreads();
+    int32_t unused = 0, g_min = 0;
+    Scan(scan).ExclusiveScan(real ? groups : INT32_MAX, unused, INT32_MAX, MinOp(), g_min);
     if (real) {
       a.seq_start[s] = begin;
       a.seq_len[s] = len;
@@ -320,6 +329,7 @@ __global__ void __launch_bounds__(kTableThreads) table_kernel(TableArgs a) {
       carry[0] = max(p0, agg);
       carry[1] += c_all;
       carry[2] += g_all;
+      carry[3] = min(carry[3], g_min);
     }
     __syncthreads();
   }
@@ -329,6 +339,12 @@ __global__ void __launch_bounds__(kTableThreads) table_kernel(TableArgs a) {
   }
   __syncthreads();  // the offsets above are visible to the whole block
   const int32_t S = int32_t(a.num_seqs), chunks = carry[1], groups = carry[2];
+  // The output stage's order (its blocks take the table's entries in turn): the first m groups of every
+  // sequence round-robin over the sequences, m the fewest groups of a sequence, then the rest sequence by
+  // sequence. The outputs of a packed batch then follow the recurrence, which advances in all sequences at
+  // once (in sequence order, the blocks of the later sequences' groups would wait behind the earlier
+  // sequences' last ones); with one sequence, or an empty one (m = 0), it is the groups' own order.
+  const int32_t m = S > 0 ? carry[3] : 0;
   for (int32_t i = threadIdx.x; i < a.nmax; i += kTableThreads) {
     if (i < chunks) {
       const int32_t s = owner_of(a.chunk_offset, S, i), c = i - a.chunk_offset[s];
@@ -337,15 +353,16 @@ __global__ void __launch_bounds__(kTableThreads) table_kernel(TableArgs a) {
       a.chunks[i] = {-1, 0, 0, 0};
     }
     if (i < groups) {
-      const int32_t s = owner_of(a.group_offset, S, i);
-      a.groups[i] = {s,
-                     (i - a.group_offset[s]) * a.group,
-                     a.chunk_offset[s + 1] - a.chunk_offset[s],
-                     a.chunk_offset[s],
-                     a.seq_start[s],
-                     a.seq_len[s],
-                     0,
-                     0};
+      const int32_t s = owner_of(a.group_offset, S, i), g = i - a.group_offset[s];
+      const int32_t place = g < m ? g * S + s : m * S + (a.group_offset[s] - s * m) + (g - m);
+      a.groups[place] = {s,
+                         g * a.group,
+                         a.chunk_offset[s + 1] - a.chunk_offset[s],
+                         a.chunk_offset[s],
+                         a.seq_start[s],
+                         a.seq_len[s],
+                         i,
+                         0};
     } else {
       a.groups[i] = {-1, 0, 0, 0, 0, 0, 0, 0};
     }
@@ -942,11 +959,11 @@ struct OutputArgs {
 
 template <class In, class Out>
 __global__ void __launch_bounds__(kThreads) output_kernel(OutputArgs a) {
-  const int64_t gid = blockIdx.x;
   const int hv = blockIdx.y;
   const int col0 = blockIdx.z * a.VT;
-  const GroupInfo gi = load_group_info(a.group_info, gid);
+  const GroupInfo gi = load_group_info(a.group_info, blockIdx.x);  // in the table's (output) order
   if (gi.s < 0) return;
+  const int64_t gid = gi.id;
   const int K = a.K, V = a.V, C = a.C, VT = a.VT;
   const int h = hv / (a.HV / a.H);
   const int64_t s = gi.s, n = gi.n, first = gi.first;
@@ -1691,8 +1708,10 @@ __global__ void __launch_bounds__(kRecThreads, VT == 64 ? 2 : 0)  // 64: two blo
     }
   // Snapshot `slot` from Sb (bf16(S), written and made visible by the caller): 128 rows x 2 VT bytes, VT / 16
   // 16-byte stores per thread; each store instruction fills whole 32-byte sectors (a thread pair, one row).
-  // (A quarter-warp's loads then fall two to a bank; a mapping without that, measured, lost more to the
-  // registers it took, at 64 columns, than it saved: 2 x 16K dense 1.375 → 1.507 ms.)
+  // (A quarter-warp's loads then fall two to a bank. Measured without that, and slower: one row per
+  // quarter-warp took more registers than the 64-column kernel has, 2 x 16K dense 1.375 → 1.507 ms; the pair
+  // taking the two halves of a 64-column row, pieces j and 4 + j, made each store fill half-sectors, 2 x 16K
+  // dense 1.407 → 1.458 ms, sparse 1.278 → 1.354.)
   const int snap_row = threadIdx.x >> 1, snap_col = (threadIdx.x & 1) * 8;
   auto write_snapshot = [&](int64_t slot, int32_t chunk) {
     bf16* dst = reinterpret_cast<bf16*>(a.snapshots) + (slot_base + slot) * kD * V + snap_row * V + col0;
@@ -1947,12 +1966,13 @@ __device__ __forceinline__ void finish_output_block(int32_t* blocks_done) {
 
 template <class Out, bool VIn>
 __global__ void __launch_bounds__(256) output_tc_kernel(OutputArgs a, const bf16* u_all, const bf16* w_all) {
-  // Blocks in group-major order (the value heads of one group side by side), so that the blocks the
-  // scheduler hands out while the recurrence runs are the ones its progress reaches first.
-  const int64_t gid = blockIdx.x / a.HV;
+  // Blocks in the group table's order (the value heads of one group side by side; a packed batch's sequences
+  // round-robin, see table_kernel), so that the blocks the scheduler hands out while the recurrence runs are
+  // the ones its progress reaches first.
   const int hv = int(blockIdx.x % a.HV);
-  const GroupInfo gi = load_group_info(a.group_info, gid);
+  const GroupInfo gi = load_group_info(a.group_info, blockIdx.x / a.HV);
   if (gi.s < 0) return finish_output_block(a.blocks_done);
+  const int64_t gid = gi.id;
   const int V = kD;
   const int h = hv / (a.HV / a.H);
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, gq = lane >> 2, tq = lane & 3;
