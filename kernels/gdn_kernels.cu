@@ -2249,16 +2249,18 @@ int recurrence_columns(const Problem& p, int multiprocessors) {
 // multiprocessors' throughput counts and an output block fits beside each recurrence block); 3 for the sparse
 // ones, where the busiest chain is the critical path and runs alone on its multiprocessor (a sparse selector
 // that happens to keep every event, such as head_budget at rho 1, gets 3 as well), unless the recurrence has
-// more than two blocks per multiprocessor (a packed batch), where the blocks' throughput counts again
-// (measured at 4 x 8K: 1.217 ms with 2 stages, 1.285 with 3; at 2 x 16K, 256 blocks, 3 stay faster).
+// more blocks than that leaves room for (a packed batch), where the blocks' throughput counts again and two
+// stages let all of them run at once: more than two 32-column blocks per multiprocessor (measured at 4 x 8K:
+// 1.217 ms with 2 stages, 1.285 with 3; at 2 x 16K, 256 blocks, 3 stay faster) or more than one 64-column
+// block (4 x 8K, 256 blocks: 1.197 / 1.198 ms with 3, 1.159 / 1.160 with 2; 3 leave them two waves, the later
+// sequences' output blocks waiting for the second).
 // SGDN_CUDA_REC_STAGES=2 or 3 overrides it (a measuring aid).
 int recurrence_stages(const Problem& p, int multiprocessors, int columns) {
   const int forced = measuring_switch("SGDN_CUDA_REC_STAGES");
   if (forced == 2 || forced == 3) return forced;
-  return p.selector == SelectorKind::dense ||
-                 tc::recurrence_tc_blocks(p, columns) > 2 * int64_t(multiprocessors)
-             ? 2
-             : 3;
+  const int64_t three_stage_limit = int64_t(columns == 64 ? 1 : 2) * multiprocessors;
+  return p.selector == SelectorKind::dense || tc::recurrence_tc_blocks(p, columns) > three_stage_limit ? 2
+                                                                                                       : 3;
 }
 // Whether the tensor-core recurrence leaves each chunk's v = U − W S in U's place for the output stage, which
 // then computes O = scale (e^γ ⊙ (Q S) + A v) instead of recomputing W S: for the dense selector with G = 1
