@@ -39,7 +39,7 @@ namespace {
 
 constexpr int kThreads = 256;
 constexpr int kValueTile = 64;  // V columns per block in the recurrence and output stages
-constexpr int kTcTile = 32;     // V columns per block in the tensor-core recurrence
+constexpr int kTcTile = 32;     // V columns per progress flag (and per block, or two) of the tc recurrence
 
 __device__ __forceinline__ int64_t min_i64(int64_t a, int64_t b) {
   return a < b ? a : b;
@@ -167,7 +167,8 @@ size_t cub_sort_bytes(const Problem& p) {
 }
 
 // The tensor-core recurrence's progress flags: [sequence][value head][V tile], `tiles` = V / kTcTile flags
-// per head (one per recurrence block); the output stage waits on its head's.
+// per head (one per 32 columns: a 32-column recurrence block sets one, a 64-column block two); the output
+// stage waits on its head's.
 __host__ __device__ __forceinline__ int64_t progress_flag_index(int64_t s, int HV, int hv, int64_t tiles,
                                                                 int64_t z) {
   return (s * HV + hv) * tiles + z;
@@ -1619,8 +1620,9 @@ __global__ void __launch_bounds__(128, 4) prepare_tc_kernel(PrepareArgs a, bf16*
 // stages). NS = 3 (125 KB of shared memory) keeps a lone busy chain fed; NS = 2 (89 KB) leaves room on the
 // multiprocessor for an output block (or a second recurrence block) beside it, which pays where every chain
 // is busy (the dense selector). VT = 64 (half the blocks, each copying W and K once for twice the columns)
-// is for runs with more 32-column blocks than multiprocessors (packed batches), where the copies' traffic
-// through L2 bounds the recurrence; 2 stages of it (109 KB) still let two blocks share a multiprocessor.
+// is for runs with more 32-column blocks than multiprocessors (packed batches), whose 32-column recurrence
+// the copies' traffic through L2 bounded; 2 stages of it (109 KB) still let two blocks share a
+// multiprocessor.
 constexpr int kRecThreads = 256;
 // The copied tiles have no padding: the 16-byte pieces of a row are permuted (XOR with bits of the row) so
 // that the 8 rows an ldmatrix reads, the rows the epilogue reads, and the 8 pieces a quarter-warp copies each
