@@ -274,6 +274,17 @@ struct VarlenCase {
   std::vector<int32_t> cu_given;
   int32_t first = 0;  // tokens before the first sequence (cu_seqlens[0]): in the batch, in no sequence
 };
+// A packed case on the tensor-core path (bf16 inputs, K = V = 128), checked against SPEC §12's bf16 bound.
+VarlenCase tc_varlen_case(std::vector<int64_t> lengths, int H, int HV) {
+  VarlenCase vc;
+  vc.lengths = std::move(lengths);
+  vc.H = H;
+  vc.HV = HV;
+  vc.bf16 = true;
+  vc.tensor_cores = true;
+  vc.tolerance = 1e-2;
+  return vc;
+}
 
 // q, k, v, beta rounded to bf16 in place: what the GPU reads in bf16, for references that read the same.
 void round_to_bf16(Inputs<float>& in) {
@@ -632,11 +643,7 @@ TEST_CASE("CUDA tensor-core path matches float64 within the bf16 bound", "[gpu][
     }
     CHECK(wide_compared >= 1);
   }
-  VarlenCase vc;
-  vc.lengths = {130, 64, 0, 1, 257, 40, 64 * 9};
-  vc.bf16 = true;
-  vc.tensor_cores = true;
-  vc.tolerance = 1e-2;
+  VarlenCase vc = tc_varlen_case({130, 64, 0, 1, 257, 40, 64 * 9}, 2, 4);
   for (int group : {1, 3}) {
     vc.group = group;
     vc.selector = "dense";
@@ -662,13 +669,7 @@ TEST_CASE("CUDA tensor-core path matches float64 within the bf16 bound", "[gpu][
   worst = std::max(worst, check_varlen(vc));
   // Unequal sequences of 32 value heads (3 x 32 x 4 = 384 32-column blocks: 64-column ones), ragged, each
   // with several groups: the output order's round-robin part (3 groups each) and its rest.
-  VarlenCase wide;
-  wide.lengths = {300, 130, 700};
-  wide.H = 8;
-  wide.HV = 32;
-  wide.bf16 = true;
-  wide.tensor_cores = true;
-  wide.tolerance = 1e-2;
+  VarlenCase wide = tc_varlen_case({300, 130, 700}, 8, 32);
   worst = std::max(worst, check_varlen(wide));
   wide.selector = "head_budget";
   wide.selector_params = {{"rho", "0.3"}};
@@ -830,13 +831,7 @@ TEST_CASE("CUDA small sparse case for the sanitizers", "[gpu][small]") {
   vc.selector_params = {{"rho", "0.5"}, {"min_per_head", "1"}};
   check_varlen(vc);
   // The tensor-core kernels (K = V = 128, bf16): packed, ragged, an empty sequence, G = 2, sparse and dense.
-  VarlenCase tc;
-  tc.lengths = {150, 0, 70};
-  tc.H = 1;
-  tc.HV = 2;
-  tc.bf16 = true;
-  tc.tensor_cores = true;
-  tc.tolerance = 1e-2;
+  VarlenCase tc = tc_varlen_case({150, 0, 70}, 1, 2);
   tc.group = 2;
   check_varlen(tc);
   tc.selector = "head_budget";
