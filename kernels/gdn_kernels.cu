@@ -799,34 +799,80 @@ __global__ void mark_threshold_kernel(const int32_t* chunk_offset, int HV, int u
     unit_mask[base + e] = double(unit_score[base + e]) >= tau * mean ? 1 : 0;
 }
 
-// Unit mask -> value-head mask, one block per (sequence, value head), and the budget each unit received
-// (counted by the block of the unit's first head). With no unit mask (the dense selector) every event is
-// kept, and `zero_score`, where given, receives the head's scores (all zero: a dense run without a score
-// computes none), so that a dense run needs no other selection kernel.
-__global__ void __launch_bounds__(kThreads)
-    expand_mask_kernel(const int32_t* chunk_offset, int HV, int units, const uint8_t* unit_mask,
-                       uint8_t* head_mask, int32_t* budget, float* zero_score) {
+// What a group's outputs start from: the events before its first chunk (the snapshot slot, slot 0 being the
+// initial state) and the log decay of the skipped chunks since the last of them (the snapshot's factor).
+// Scanned over a head's chunks left to right: an event resets the decay.
+struct GroupStart {
+  int32_t events;
+  float log_decay;
+  bool event;  // the span holds an event (the decay before it no longer counts)
+};
+struct GroupStartScan {
+  __device__ GroupStart operator()(const GroupStart& a, const GroupStart& b) const {
+    return {a.events + b.events, b.event ? b.log_decay : a.log_decay + b.log_decay, a.event || b.event};
+  }
+};
+
+// Unit mask -> value-head mask, one block per (sequence, value head), the budget each unit received (counted
+// by the block of the unit's first head), and the head's group records (group_slot, group_log_decay: the
+// output stage reads them at its blocks' start, before the recurrence has reached them). With no unit mask
+// (the dense selector) every event is kept (no decay is read: it is launched before the pre-pass), and
+// `zero_score`, where given, receives the head's scores (all zero: a dense run without a score computes
+// none), so that a dense run needs no other selection kernel.
+struct ExpandMaskArgs {
+  const int32_t* chunk_offset;
+  const int32_t* group_offset;
+  int HV, units, G;
+  const uint8_t* unit_mask;
+  const float* chunk_decay;
+  uint8_t* head_mask;
+  int32_t* budget;
+  float* zero_score;
+  int32_t* group_slot;
+  float* group_log_decay;
+};
+__global__ void __launch_bounds__(kThreads) expand_mask_kernel(ExpandMaskArgs a) {
   wait_for_previous_grid();
   let_next_grid_start();
   const int64_t s = blockIdx.x;
   const int hv = blockIdx.y;
-  const int64_t n = chunk_offset[s + 1] - chunk_offset[s];
-  const int64_t base = int64_t(chunk_offset[s]) * HV;
-  const int per_unit = HV / units, u = hv / per_unit;
-  const uint8_t* from = unit_mask ? unit_mask + base + u * n : nullptr;
-  uint8_t* to = head_mask + base + hv * n;
+  const int64_t n = a.chunk_offset[s + 1] - a.chunk_offset[s];
+  const int64_t base = int64_t(a.chunk_offset[s]) * a.HV;
+  const int per_unit = a.HV / a.units, u = hv / per_unit;
+  const uint8_t* from = a.unit_mask ? a.unit_mask + base + u * n : nullptr;
+  uint8_t* to = a.head_mask + base + hv * n;
+  const int64_t group0 = a.group_offset[s];
+  using BlockScan = cub::BlockScan<GroupStart, kThreads>;
+  using BlockReduce = cub::BlockReduce<int, kThreads>;
+  __shared__ union {
+    typename BlockScan::TempStorage scan;
+    typename BlockReduce::TempStorage reduce;
+  } temp;
+  GroupStart before{0, 0.f, false};  // the chunks of the tiles done
   int kept = 0;
-  for (int64_t c = threadIdx.x; c < n; c += blockDim.x) {
-    const bool keep = !from || from[c] == 1;  // 2: blocked by a cap
-    to[c] = keep;
+  for (int64_t c0 = 0; c0 < n; c0 += kThreads) {
+    const int64_t c = c0 + threadIdx.x;
+    const bool keep = c < n && (!from || from[c] == 1);  // 2: blocked by a cap
+    if (c < n) {
+      to[c] = keep;
+      if (a.zero_score) a.zero_score[base + hv * n + c] = 0.f;
+    }
     kept += keep;
-    if (zero_score) zero_score[base + hv * n + c] = 0.f;
+    const GroupStart mine{keep, keep || c >= n ? 0.f : a.chunk_decay[base + hv * n + c], keep};
+    GroupStart prefix, total;
+    BlockScan(temp.scan).ExclusiveScan(mine, prefix, GroupStart{0, 0.f, false}, GroupStartScan(), total);
+    prefix = GroupStartScan()(before, prefix);
+    if (c < n && c % a.G == 0) {
+      const int64_t gid = group0 + c / a.G;
+      a.group_slot[gid * a.HV + hv] = prefix.events;
+      a.group_log_decay[gid * a.HV + hv] = prefix.log_decay;
+    }
+    before = GroupStartScan()(before, total);
+    __syncthreads();  // the scan's storage is free again
   }
   if (hv % per_unit != 0) return;
-  using BlockReduce = cub::BlockReduce<int, kThreads>;
-  __shared__ typename BlockReduce::TempStorage temp;
-  const int total = BlockReduce(temp).Sum(kept);
-  if (threadIdx.x == 0) budget[s * units + u] = total;
+  const int total = BlockReduce(temp.reduce).Sum(kept);
+  if (threadIdx.x == 0) a.budget[s * a.units + u] = total;
 }
 
 // ---------------------------------------------------------------------------------------------------------
@@ -838,21 +884,19 @@ struct RecurrenceArgs {
   const int32_t* seq_start;
   const int32_t* seq_len;
   const int32_t* chunk_offset;
-  const int32_t* group_offset;
   const uint8_t* head_mask;
   const float* chunk_decay;
   const float* gamma;
   const float* u;
   const float* w;
-  int H, HV, K, V, C, G, VT;
+  int H, HV, K, V, C, VT;
   float* snapshots;
   int32_t* snapshot_chunk;
   int32_t* snapshot_count;
-  int32_t* group_slot;
-  float* group_log_decay;
   float* final_state;
-  // Tensor-core path: per (sequence, value head, V tile) the number of chunks whose group records and
-  // referenced snapshots are in memory, so that the output stage can start before the recurrence ends.
+  // Tensor-core path: per (sequence, value head, V tile) the number of chunks whose starting snapshots (named
+  // by the group records, written with the mask) are in memory, so that the output stage can start before the
+  // recurrence ends.
   int32_t* progress;
 };
 
@@ -887,11 +931,6 @@ __global__ void __launch_bounds__(kThreads) recurrence_kernel(RecurrenceArgs a) 
   float pending = 0.f;  // log decay accumulated since the last snapshot
   const In* kp = static_cast<const In*>(a.k);
   for (int64_t c = 0; c < n; ++c) {
-    if (c % a.G == 0 && blockIdx.z == 0 && threadIdx.x == 0) {
-      const int64_t gid = a.group_offset[s] + c / a.G;
-      a.group_slot[gid * a.HV + hv] = int32_t(slot);
-      a.group_log_decay[gid * a.HV + hv] = pending;
-    }
     const float big_gamma = a.chunk_decay[ev_base + c];
     if (!a.head_mask[ev_base + c]) {
       pending += big_gamma;
@@ -1693,9 +1732,9 @@ __global__ void __launch_bounds__(kRecThreads, VT == 64 ? 2 : 0)  // 64: two blo
   let_next_grid_start();
   int32_t* progress = a.progress + progress_flag_index(s, a.HV, hv, kVTiles, tile * kFlags);
   int64_t published = 0;
-  // Chunks [0, upto) have their group records (written by tile 0's block) and the snapshots those name (each
-  // block its columns) in memory: the flags of this block's 32-column parts. Called after a barrier that
-  // follows the stores.
+  // Chunks [0, upto) have the snapshots their groups start from in memory (each block its columns; the group
+  // records that name them are written with the mask): the flags of this block's 32-column parts. Called
+  // after a barrier that follows the stores.
   auto publish = [&](int64_t upto) {
     if (threadIdx.x < kFlags) publish_progress(progress + threadIdx.x, int32_t(upto));
     published = upto;
@@ -1775,8 +1814,6 @@ __global__ void __launch_bounds__(kRecThreads, VT == 64 ? 2 : 0)  // 64: two blo
   int64_t slot = 0;
   float pending = 0.f;
   int buf = 0;
-  int64_t next_group_start = 0;
-  const int64_t group0 = a.group_offset[s];
   const int vrow = (warp & 3) * 16, vcol = (warp >> 2) * (VT / 2);  // this warp's tile of v̂
   // This thread's element offsets in the tiles, once (the tiles' k-steps add constants): its W fragment rows
   // at k-steps 0-3 (steps 4-7 are 64 elements on: the permutation keeps the low three piece bits), its Kᵀ
@@ -1815,12 +1852,6 @@ __global__ void __launch_bounds__(kRecThreads, VT == 64 ? 2 : 0)  // 64: two blo
     __syncthreads();
     for (int i = 0; i < wn; ++i) {
       const int64_t c = w0 + i;
-      if (tile == 0 && threadIdx.x == 0 && c == next_group_start) {
-        const int64_t gid = group0 + c / a.G;
-        a.group_slot[gid * a.HV + hv] = int32_t(slot);
-        a.group_log_decay[gid * a.HV + hv] = pending;
-        next_group_start += a.G;
-      }
       const float big_gamma = sm.decay[i];
       if (!sm.mask[i]) {
         pending += big_gamma;
@@ -1883,7 +1914,7 @@ __global__ void __launch_bounds__(kRecThreads, VT == 64 ? 2 : 0)  // 64: two blo
         }
       }
       __syncthreads();
-      // The previous event's snapshot left above, and the records up to this chunk name it at the latest
+      // The previous event's snapshot left above, and the groups up to this chunk start from it at the latest
       // (VOut: this chunk's v leaves below, so up to the one before; then every 15 chunks instead of 16).
       if (c + 1 - published >= kPublishEvery) publish(VOut ? c : c + 1);
       if constexpr (VOut)
@@ -2004,25 +2035,32 @@ __global__ void __launch_bounds__(256) output_tc_kernel(OutputArgs a, const bf16
       cp_async_commit();
     }
   };
-  // The first chunk's operands travel while this block waits for the recurrence.
-  fetch_chunk(first);
-  if (threadIdx.x == 0) {  // the recurrence has written this group's record and the snapshot it names
-    const int32_t* flags = a.progress + progress_flag_index(s, a.HV, hv, kVTiles, 0);
-    for (int z = 0; z < kVTiles; ++z)
-      while (acquire_progress(flags + z) <= first) __nanosleep(256);
-  }
-  __syncthreads();
-
-  // The group's carried state: the bf16 snapshot (copied as is) times e^{pending}, a factor that the first
-  // chunk applies to Q̃ (and that S_loc takes in fp32 when G > 1). What the recurrence writes while this
-  // grid runs is read through L2 (ld.cg, cp.async.cg), never from a multiprocessor's L1, which another block
-  // may have filled before the write.
+  // The group's record (written with the mask, before the recurrence began): the snapshot it starts from and
+  // e^{pending}, a factor that the first chunk applies to Q̃ (and that S_loc takes in fp32 when G > 1).
   const int32_t start_slot = __ldcg(a.group_slot + gid * a.HV + hv);
   float carried = __expf(__ldcg(a.group_log_decay + gid * a.HV + hv));
-  copy_rows(sm.sb, reinterpret_cast<const bf16*>(a.snapshots) + (slot_base + start_slot) * kD * V, kD, kD,
-            kD);
-  if constexpr (VIn) copy_rows(sm.u, u_all + chunk_place(gi, first, kC, a.HV, hv).cslot * kC * kD, kD, kC);
-  cp_async_commit();
+  // The snapshot (bf16, copied as is; VIn: and the chunk's v), written by the recurrence while this grid
+  // runs: read through L2 (cp.async.cg), never from a multiprocessor's L1, which another block may have
+  // filled before the write.
+  auto fetch_state = [&]() {
+    copy_rows(sm.sb, reinterpret_cast<const bf16*>(a.snapshots) + (slot_base + start_slot) * kD * V, kD, kD,
+              kD);
+    if constexpr (VIn) copy_rows(sm.u, u_all + chunk_place(gi, first, kC, a.HV, hv).cslot * kC * kD, kD, kC);
+    cp_async_commit();
+  };
+  // Has the recurrence passed this group (the flags of its four 32-column parts, one thread each)? Then the
+  // state is copied first, ahead of the chunk's operands (its copy would otherwise start last and end after
+  // the products that do not need it); if not, the operands travel while the block waits.
+  const int32_t* flags = a.progress + progress_flag_index(s, a.HV, hv, kVTiles, 0);
+  const bool ready = __syncthreads_and(threadIdx.x >= kVTiles || acquire_progress(flags + threadIdx.x) > first);
+  if (ready) fetch_state();
+  fetch_chunk(first);
+  if (!ready) {
+    if (threadIdx.x < kVTiles)
+      while (acquire_progress(flags + threadIdx.x) <= first) __nanosleep(256);
+    __syncthreads();
+    fetch_state();
+  }
   if (multi) {
     cp_async_wait_all();
     __syncthreads();
@@ -2036,11 +2074,17 @@ __global__ void __launch_bounds__(256) output_tc_kernel(OutputArgs a, const bf16
   for (int64_t c = first; c < last; ++c) {
     const auto [t0, len, cslot] = chunk_place(gi, c, kC, a.HV, hv);
     if (c > first) fetch_chunk(c);
-    // Q, K, γ of this chunk; W, U and the first chunk's snapshot (committed after them) may still travel.
-    if (c == first && !VIn)
-      cp_async_wait_group<2>();
-    else
+    // Q, K, γ of this chunk; W and U, and the first chunk's state if committed after them, may still travel.
+    if (c == first && !ready) {
+      if constexpr (VIn)
+        cp_async_wait_group<1>();
+      else
+        cp_async_wait_group<2>();
+    } else if constexpr (VIn) {
+      cp_async_wait_group<0>();
+    } else {
       cp_async_wait_group<1>();
+    }
     __syncthreads();
     // A = Q Kᵀ ⊙ D ⊙ lower_incl: rows wm.., columns 32 (w >> 2)..
     {
@@ -2056,7 +2100,7 @@ __global__ void __launch_bounds__(256) output_tc_kernel(OutputArgs a, const bf16
           *reinterpret_cast<uint32_t*>(sm.am + i * kLdC + j) = pack_bf16(x0, x1);
         }
     }
-    if (c == first && !VIn)
+    if (c == first && !VIn && !ready)
       cp_async_wait_group<1>();
     else
       cp_async_wait_group<0>();
@@ -2489,9 +2533,11 @@ std::string forward(const Problem& p, const DeviceTensors& t, void* workspace, s
   // The dense selector keeps every event: its mask, budgets and (zero) scores need nothing from the pre-pass.
   const bool no_scores = p.score == ScoreKind::none;
   auto expand_mask = [&](const uint8_t* unit_mask, float* zero_score) {
+    const ExpandMaskArgs args{ws.chunk_offset, ws.group_offset, HV,         units,         p.group,
+                              unit_mask,       ws.chunk_decay,  head_mask,  budget,        zero_score,
+                              ws.group_slot,   ws.group_log_decay};
     return launch_kernel("expand_mask_kernel", expand_mask_kernel, dim3(unsigned(S), unsigned(HV)), kThreads,
-                         0, stream, true, ws.chunk_offset, HV, units, unit_mask, head_mask, budget,
-                         zero_score);
+                         0, stream, true, args);
   };
   if (dense)
     if (std::string e = expand_mask(nullptr, no_scores ? head_score : nullptr); !e.empty()) return e;
@@ -2634,7 +2680,6 @@ std::string forward(const Problem& p, const DeviceTensors& t, void* workspace, s
                      ws.seq_start,
                      ws.seq_len,
                      ws.chunk_offset,
-                     ws.group_offset,
                      head_mask,
                      ws.chunk_decay,
                      ws.gamma,
@@ -2645,13 +2690,10 @@ std::string forward(const Problem& p, const DeviceTensors& t, void* workspace, s
                      p.key_dim,
                      p.value_dim,
                      p.chunk,
-                     p.group,
                      VT,
                      ws.snapshots,
                      ws.snapshot_chunk,
                      ws.snapshot_count,
-                     ws.group_slot,
-                     ws.group_log_decay,
                      t.final_state,
                      ws.progress};
   if (use_tc) {
