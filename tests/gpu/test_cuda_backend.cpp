@@ -830,13 +830,20 @@ TEST_CASE("CUDA small sparse case for the sanitizers", "[gpu][small]") {
   vc.selector = "head_budget";
   vc.selector_params = {{"rho", "0.5"}, {"min_per_head", "1"}};
   check_varlen(vc);
-  // The tensor-core kernels (K = V = 128, bf16): packed, ragged, an empty sequence, G = 2, sparse and dense.
+  // The tensor-core kernels (K = V = 128, bf16): packed, ragged, an empty sequence, G = 2, sparse and dense;
+  // then G = 1 (the output blocks' two starts: the recurrence past the group or not yet; dense: v through
+  // memory).
   VarlenCase tc = tc_varlen_case({150, 0, 70}, 1, 2);
   tc.group = 2;
   check_varlen(tc);
   tc.selector = "head_budget";
   tc.selector_params = {{"rho", "0.5"}};
   tc.out_bf16 = true;
+  check_varlen(tc);
+  tc.group = 1;
+  check_varlen(tc);
+  tc.selector = "dense";
+  tc.selector_params = {};
   check_varlen(tc);
 }
 
