@@ -2052,7 +2052,8 @@ __global__ void __launch_bounds__(256) output_tc_kernel(OutputArgs a, const bf16
   // state is copied first, ahead of the chunk's operands (its copy would otherwise start last and end after
   // the products that do not need it); if not, the operands travel while the block waits.
   const int32_t* flags = a.progress + progress_flag_index(s, a.HV, hv, kVTiles, 0);
-  const bool ready = __syncthreads_and(threadIdx.x >= kVTiles || acquire_progress(flags + threadIdx.x) > first);
+  const bool ready =
+      __syncthreads_and(threadIdx.x >= kVTiles || acquire_progress(flags + threadIdx.x) > first);
   if (ready) fetch_state();
   fetch_chunk(first);
   if (!ready) {
@@ -2533,8 +2534,8 @@ std::string forward(const Problem& p, const DeviceTensors& t, void* workspace, s
   // The dense selector keeps every event: its mask, budgets and (zero) scores need nothing from the pre-pass.
   const bool no_scores = p.score == ScoreKind::none;
   auto expand_mask = [&](const uint8_t* unit_mask, float* zero_score) {
-    const ExpandMaskArgs args{ws.chunk_offset, ws.group_offset, HV,         units,         p.group,
-                              unit_mask,       ws.chunk_decay,  head_mask,  budget,        zero_score,
+    const ExpandMaskArgs args{ws.chunk_offset, ws.group_offset,   HV,        units,  p.group,
+                              unit_mask,       ws.chunk_decay,    head_mask, budget, zero_score,
                               ws.group_slot,   ws.group_log_decay};
     return launch_kernel("expand_mask_kernel", expand_mask_kernel, dim3(unsigned(S), unsigned(HV)), kThreads,
                          0, stream, true, args);
