@@ -11,11 +11,12 @@
 //   4. selection       dense / random / stride / topk / head_budget / threshold; orderings by a radix select
 //                      in one block per sequence (head_budget alone) or CUB radix sorts (over the whole
 //                      device for one sequence, else by segment); then the unit mask is expanded to value
-//                      heads and budgets counted (the dense selector: that expansion alone, before stage 2)
+//                      heads, budgets counted and the carried state at every group start recorded as
+//                      (snapshot slot, log decay since) (the dense selector: that expansion alone, before
+//                      stage 2)
 //   5. recurrence      per (sequence, value head, V tile): the carried state visits selected events only;
 //                      between events it only decays (a scalar accumulated in the exponent); a snapshot is
-//                      written after each event; the carried state at every group start is recorded as
-//                      (snapshot slot, log decay since)
+//                      written after each event
 //   6. outputs         per (group, value head[, V tile]): start from the group's carried state and run the
 //                      dense chunk step over the group's chunks (SPEC §6)
 // Two paths: fp32 arithmetic on fp32 or bf16 inputs (any supported shape), and, where Problem::
@@ -1094,7 +1095,7 @@ using bf16 = __nv_bfloat16;
 
 // Progress flags between the recurrence and the output stage, which runs beside it (programmatic dependent
 // launch). The publisher calls publish() after a barrier that follows every store it covers; the waiter's
-// thread 0 acquires, then a barrier hands the data to the block.
+// threads 0-3 acquire a head's four flags, then a barrier hands the data to the block.
 __device__ __forceinline__ void publish_progress(int32_t* flag, int32_t value) {
   __threadfence();
   asm volatile("st.release.gpu.global.s32 [%0], %1;\n" ::"l"(flag), "r"(value) : "memory");

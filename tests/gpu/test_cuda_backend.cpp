@@ -230,6 +230,28 @@ TEST_CASE("CUDA sparse engine matches the CPU engine: masks, budgets, outputs, s
       "sparse vs run_cpu: %d configurations, %d with a different mask, worst rel err (o, state) %.3e\n", runs,
       mask_mismatch_runs, worst_o);
 
+  // A long sequence (301 chunks: the group records' scan runs in tiles of 256 chunks and carries the events
+  // and the decay from one tile to the next) with slow decay (g / 100), so that a wrong pending decay at a
+  // group start shows in the outputs, not only a wrong snapshot slot.
+  {
+    const Shape long_shape = make_shape(1, 64 * 300 + 10, 1, 2, 16, 16);
+    Inputs<float> slow = random_inputs(long_shape, true, 91);
+    for (auto& x : slow.g.values()) x *= 0.01f;
+    for (const Sel& sel : {Sel{"random", {{"rho", "0.3"}, {"seed", "5"}}}, Sel{"stride", {{"rho", "0.1"}}},
+                           Sel{"head_budget", {{"rho", "0.29"}}}})
+      for (int64_t group : {1, 3}) {
+        Strategies s =
+            make_strategies("exact", {}, "update_norm", sel.name, sel.params, 64, group, Granularity::head);
+        s.config.keep_snapshots = true;
+        const EngineResult<float> cpu = run_cpu(slow, s.config);
+        const EngineResult<float> gpu = run_cuda(slow, s.config, CudaRunOptions{});
+        INFO("301 chunks, selector " << sel.name << " G " << group);
+        REQUIRE(gpu.event_mask.values() == cpu.event_mask.values());
+        CHECK(rel_error(gpu.o, cpu.o) <= 1e-4);
+        CHECK(rel_error(gpu.final_state, cpu.final_state) <= 1e-4);
+      }
+  }
+
   // Exact ties: v = 0 from chunk 6 on gives those events the score 0 in every head; budgets that end inside
   // the tied events must keep the earlier chunks, as the CPU does.
   Inputs<float> tied = in;
@@ -831,8 +853,8 @@ TEST_CASE("CUDA small sparse case for the sanitizers", "[gpu][small]") {
   vc.selector_params = {{"rho", "0.5"}, {"min_per_head", "1"}};
   check_varlen(vc);
   // The tensor-core kernels (K = V = 128, bf16): packed, ragged, an empty sequence, G = 2, sparse and dense;
-  // then G = 1 (the output blocks' two starts: the recurrence past the group or not yet; dense: v through
-  // memory).
+  // then G = 1 (sparse with `stride`, whose mask needs no score and so always equals the CPU's: the outputs
+  // are always compared; dense: v through memory).
   VarlenCase tc = tc_varlen_case({150, 0, 70}, 1, 2);
   tc.group = 2;
   check_varlen(tc);
@@ -841,6 +863,8 @@ TEST_CASE("CUDA small sparse case for the sanitizers", "[gpu][small]") {
   tc.out_bf16 = true;
   check_varlen(tc);
   tc.group = 1;
+  tc.selector = "stride";
+  tc.selector_params = {{"rho", "0.5"}};
   check_varlen(tc);
   tc.selector = "dense";
   tc.selector_params = {};
