@@ -1243,9 +1243,13 @@ template <int Pending>
 __device__ __forceinline__ void cp_async_wait_group() {
   asm volatile("cp.async.wait_group %0;\n" ::"n"(Pending) : "memory");
 }
-// The same for a count known at run time: 1, or 0 or less (all of them).
+// The same for a count known at run time, at most Max (1 or 2): Max, ..., 1, or 0 or less (all of them).
+template <int Max = 1>
 __device__ __forceinline__ void cp_async_wait_but(int pending) {
-  if (pending >= 1)
+  static_assert(Max == 1 || Max == 2, "one or two groups pending");
+  if (Max == 2 && pending >= 2)
+    cp_async_wait_group<2>();
+  else if (pending >= 1)
     cp_async_wait_group<1>();
   else
     cp_async_wait_all();
@@ -2023,14 +2027,17 @@ __global__ void __launch_bounds__(256) output_tc_kernel(OutputArgs a, const bf16
   Out* op = static_cast<Out*>(a.o);
   // A chunk's own operands (inputs, or written before the recurrence started) in two copy groups: what A
   // needs (Q, K, γ), then W and U (VIn: one group, v travels with the snapshot).
-  auto fetch_chunk = [&](int64_t c) {
+  auto fetch_qk = [&](int64_t c) {
     const auto [t0, len, cslot] = chunk_place(gi, c, kC, a.HV, hv);
     copy_rows(sm.q, qp + (t0 * a.H + h) * kD, int64_t(a.H) * kD, len);
     copy_rows(sm.k, kp + (t0 * a.H + h) * kD, int64_t(a.H) * kD, len);
     if (threadIdx.x < kC / 4)
       cp_async16(sm.gam + threadIdx.x * 4, a.gamma + cslot * kC + threadIdx.x * 4, true);
     cp_async_commit();
+  };
+  auto fetch_wu = [&](int64_t c) {
     if constexpr (!VIn) {
+      const int64_t cslot = chunk_place(gi, c, kC, a.HV, hv).cslot;
       copy_rows(sm.w, w_all + cslot * kC * kD, kD, kC);
       copy_rows(sm.u, u_all + cslot * kC * kD, kD, kC);
       cp_async_commit();
@@ -2049,19 +2056,38 @@ __global__ void __launch_bounds__(256) output_tc_kernel(OutputArgs a, const bf16
     if constexpr (VIn) copy_rows(sm.u, u_all + chunk_place(gi, first, kC, a.HV, hv).cslot * kC * kD, kD, kC);
     cp_async_commit();
   };
-  // Has the recurrence passed this group (the flags of its four 32-column parts, one thread each)? Then the
-  // state is copied first, ahead of the chunk's operands (its copy would otherwise start last and end after
-  // the products that do not need it); if not, the operands travel while the block waits.
+  // The flags of the head's four 32-column parts, one thread each: has the recurrence passed this group?
   const int32_t* flags = a.progress + progress_flag_index(s, a.HV, hv, kVTiles, 0);
-  const bool ready =
-      __syncthreads_and(threadIdx.x >= kVTiles || acquire_progress(flags + threadIdx.x) > first);
-  if (ready) fetch_state();
-  fetch_chunk(first);
-  if (!ready) {
+  auto wait_for_state = [&]() {
     if (threadIdx.x < kVTiles)
       while (acquire_progress(flags + threadIdx.x) <= first) __nanosleep(256);
     __syncthreads();
+  };
+  // The first chunk's copy groups, in the order they are committed; `qk_behind` and `wu_behind` count the
+  // groups committed after Q, K, γ's and after W and U's (VIn: after the state's, which brings v), for the
+  // waits below.
+  int qk_behind = 1, wu_behind = 0;
+  if constexpr (VIn) {
+    // Q, K, γ leave before the flags are read (one round trip sooner), then the state and v, which the two
+    // products after A need.
+    fetch_qk(first);
+    wait_for_state();
     fetch_state();
+  } else {
+    // If the recurrence has passed the group, the state is copied first, ahead of the chunk's operands (its
+    // copy would otherwise start last and end after the products that do not need it); if not, the operands
+    // travel while the block waits.
+    const bool ready =
+        __syncthreads_and(threadIdx.x >= kVTiles || acquire_progress(flags + threadIdx.x) > first);
+    if (ready) fetch_state();
+    fetch_qk(first);
+    fetch_wu(first);
+    if (!ready) {
+      wait_for_state();
+      fetch_state();
+    }
+    qk_behind = ready ? 1 : 2;
+    wu_behind = ready ? 0 : 1;
   }
   if (multi) {
     cp_async_wait_all();
@@ -2075,18 +2101,14 @@ __global__ void __launch_bounds__(256) output_tc_kernel(OutputArgs a, const bf16
   }
   for (int64_t c = first; c < last; ++c) {
     const auto [t0, len, cslot] = chunk_place(gi, c, kC, a.HV, hv);
-    if (c > first) fetch_chunk(c);
-    // Q, K, γ of this chunk; W and U, and the first chunk's state if committed after them, may still travel.
-    if (c == first && !ready) {
-      if constexpr (VIn)
-        cp_async_wait_group<1>();
-      else
-        cp_async_wait_group<2>();
-    } else if constexpr (VIn) {
-      cp_async_wait_group<0>();
-    } else {
-      cp_async_wait_group<1>();
+    if (c > first) {
+      fetch_qk(c);
+      fetch_wu(c);
     }
+    // Q, K, γ of this chunk; W and U, and the first chunk's state if committed after them, may still travel.
+    // (A later chunk's groups: Q, K, γ, then W and U.)
+    if (c > first) qk_behind = VIn ? 0 : 1, wu_behind = 0;
+    cp_async_wait_but<2>(qk_behind);
     __syncthreads();
     // A = Q Kᵀ ⊙ D ⊙ lower_incl: rows wm.., columns 32 (w >> 2)..
     {
@@ -2102,10 +2124,7 @@ __global__ void __launch_bounds__(256) output_tc_kernel(OutputArgs a, const bf16
           *reinterpret_cast<uint32_t*>(sm.am + i * kLdC + j) = pack_bf16(x0, x1);
         }
     }
-    if (c == first && !VIn && !ready)
-      cp_async_wait_group<1>();
-    else
-      cp_async_wait_group<0>();
+    cp_async_wait_but(wu_behind);
     __syncthreads();  // A, W and U (VIn: S and v); every warp is done reading Q
     float acc[8][4] = {};
     if constexpr (VIn) {  // O = scale (carried e^γ ⊙ (Q S) + A v)
