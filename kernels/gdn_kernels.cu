@@ -2002,8 +2002,11 @@ __device__ __forceinline__ void finish_output_block(int32_t* blocks_done) {
   if (threadIdx.x == 0 && atomicAdd(blocks_done, 1) == int32_t(gridDim.x) - 1) wait_for_previous_grid();
 }
 
-template <class Out, bool VIn>
+// Runs (G = 1, not VIn): each block takes a run of a.G chunks (the table's groups), each chunk from its own
+// start state, whose record (snapshot slot, pending decay) is per chunk.
+template <class Out, bool VIn, bool Runs>
 __global__ void __launch_bounds__(256) output_tc_kernel(OutputArgs a, const bf16* u_all, const bf16* w_all) {
+  static_assert(!(VIn && Runs), "v through memory takes one chunk per block");
   // Blocks in the group table's order (the value heads of one group side by side; a packed batch's sequences
   // round-robin, see table_kernel), so that the blocks the scheduler hands out while the recurrence runs are
   // the ones its progress reaches first.
@@ -2021,7 +2024,8 @@ __global__ void __launch_bounds__(256) output_tc_kernel(OutputArgs a, const bf16
   extern __shared__ __align__(16) unsigned char smem_raw[];
   OutSmem& sm = *reinterpret_cast<OutSmem*>(smem_raw);
   float* sf = reinterpret_cast<float*>(smem_raw + sizeof(OutSmem));  // [kD][kD] fp32, only when G > 1
-  const bool multi = last - first > 1;
+  constexpr bool runs = Runs;
+  const bool multi = last - first > 1 && !runs;
   const bf16* qp = static_cast<const bf16*>(a.q);
   const bf16* kp = static_cast<const bf16*>(a.k);
   Out* op = static_cast<Out*>(a.o);
@@ -2045,8 +2049,19 @@ __global__ void __launch_bounds__(256) output_tc_kernel(OutputArgs a, const bf16
   };
   // The group's record (written with the mask, before the recurrence began): the snapshot it starts from and
   // e^{pending}, a factor that the first chunk applies to Q̃ (and that S_loc takes in fp32 when G > 1).
-  const int32_t start_slot = __ldcg(a.group_slot + gid * a.HV + hv);
-  float carried = __expf(__ldcg(a.group_log_decay + gid * a.HV + hv));
+  const int64_t rec0 = runs ? (gi.chunk0 + first) * a.HV + hv : gid * a.HV + hv;
+  const int32_t start_slot = __ldcg(a.group_slot + rec0);
+  float carried = __expf(__ldcg(a.group_log_decay + rec0));
+  // Runs: the next chunk's record, loaded a chunk ahead; the slot of the snapshot in sm.sb.
+  int32_t next_slot = 0, sb_slot = start_slot;
+  float next_log_decay = 0.f;
+  auto load_record = [&](int64_t c) {
+    if (c < last) {
+      next_slot = __ldcg(a.group_slot + rec0 + (c - first) * a.HV);
+      next_log_decay = __ldcg(a.group_log_decay + rec0 + (c - first) * a.HV);
+    }
+  };
+  if (runs) load_record(first + 1);
   // The snapshot (bf16, copied as is; VIn: and the chunk's v), written by the recurrence while this grid
   // runs: read through L2 (cp.async.cg), never from a multiprocessor's L1, which another block may have
   // filled before the write.
@@ -2101,13 +2116,32 @@ __global__ void __launch_bounds__(256) output_tc_kernel(OutputArgs a, const bf16
   }
   for (int64_t c = first; c < last; ++c) {
     const auto [t0, len, cslot] = chunk_place(gi, c, kC, a.HV, hv);
-    if (c > first) {
+    if (c > first && runs) {
+      __syncthreads();  // every warp is done with the chunk before's tiles
+      fetch_qk(c);
+      fetch_wu(c);
+      carried = __expf(next_log_decay);
+      qk_behind = 1;
+      wu_behind = 0;
+      if (next_slot != sb_slot) {  // an event in the chunk before: its snapshot, once the recurrence is past
+        sb_slot = next_slot;
+        if (threadIdx.x < kVTiles)
+          while (acquire_progress(flags + threadIdx.x) <= c) __nanosleep(256);
+        __syncthreads();
+        copy_rows(sm.sb, reinterpret_cast<const bf16*>(a.snapshots) + (slot_base + sb_slot) * kD * V, kD, kD,
+                  kD);
+        cp_async_commit();
+        qk_behind = 2;
+        wu_behind = 1;
+      }
+      load_record(c + 1);
+    } else if (c > first) {
       fetch_qk(c);
       fetch_wu(c);
     }
     // Q, K, γ of this chunk; W and U, and the first chunk's state if committed after them, may still travel.
     // (A later chunk's groups: Q, K, γ, then W and U.)
-    if (c > first) qk_behind = VIn ? 0 : 1, wu_behind = 0;
+    if (c > first && !runs) qk_behind = VIn ? 0 : 1, wu_behind = 0;
     cp_async_wait_but<2>(qk_behind);
     __syncthreads();
     // A = Q Kᵀ ⊙ D ⊙ lower_incl: rows wm.., columns 32 (w >> 2)..
@@ -2178,7 +2212,7 @@ __global__ void __launch_bounds__(256) output_tc_kernel(OutputArgs a, const bf16
                 make_float2(acc[nt][2 * half], acc[nt][2 * half + 1]);
         }
     }
-    if (!VIn && c + 1 < last) {
+    if (!VIn && !runs && c + 1 < last) {
       // S_loc = e^Γ S_loc + Kᵀ (e^{Γ−γ} ⊙ (U − W Sb)): the scaled v (bf16) goes over W once every warp has
       // read W, then warp w updates rows 16w...
       const float big_gamma = sm.gam[len - 1];
@@ -2343,6 +2377,22 @@ bool v_through_memory(const Problem& p, int multiprocessors, int columns) {
   const int forced = measuring_switch("SGDN_CUDA_V_THROUGH");
   if (forced == 0 || forced == 1) return forced == 1;
   return columns == 64 || tc::recurrence_tc_blocks(p, 32) <= multiprocessors;
+}
+// Chunks per output block of the tensor-core path with G = 1 and a sparse selector (the dense one with G = 1
+// reads v from the recurrence, one chunk per block): each block takes a run of chunks, each from its own
+// start state (G = 1 all the same), so that the chunks after a skipped one reuse the snapshot already in
+// shared memory and the block's start (its table entry, records and flags) is paid once per run. The longest
+// run of 4 or 2 that still leaves at least 16 blocks per multiprocessor (8 waves of two), else 1: fewer,
+// longer blocks end more unevenly. Measured (sparse-default, two calls each, ms, runs of 1 / 2 / 4): 16K
+// 0.636 / 0.620 / 0.630, 32K 1.230 / 1.200 / 1.194, 128K 4.84 / 4.69-4.72 / 4.63-4.64, 4 x 8K 1.126 /
+// 1.090-1.102 / 1.074, 2 x 16K 1.155 / 1.118-1.129 / 1.103-1.110.
+// SGDN_CUDA_OUT_RUN=1|2|4 forces it (a measuring aid).
+int output_run(const Problem& p, int multiprocessors) {
+  if (!p.uses_tensor_cores() || p.group != 1 || p.selector == SelectorKind::dense) return 1;
+  const int forced = measuring_switch("SGDN_CUDA_OUT_RUN");
+  if (forced == 1 || forced == 2 || forced == 4) return forced;
+  const int64_t blocks_of_one = p.max_chunks() * p.v_heads, enough = int64_t(16) * multiprocessors;
+  return blocks_of_one >= 4 * enough ? 4 : blocks_of_one >= 2 * enough ? 2 : 1;
 }
 // Launches `kernel` (named `name` in errors) with its dynamic shared memory. early: programmatic dependent
 // launch, the kernel's blocks may be placed while the kernel before it in the stream still runs (from the
@@ -2532,6 +2582,15 @@ std::string forward(const Problem& p, const DeviceTensors& t, void* workspace, s
   // 1. chunk table
   const int32_t* cu = t.cu_seqlens;  // null: one sequence of all the tokens
   if (!cu && S != 1) return "cu_seqlens is required when num_seqs > 1";
+  const bool use_tc = p.uses_tensor_cores();
+  int sms = 0;
+  if (use_tc)
+    if (std::string e = multiprocessors(&sms); !e.empty()) return e;
+  // The output stage's groups: G chunks, or runs of chunks each from its own state (tensor cores, G = 1,
+  // sparse), whose records are then per chunk.
+  const int run = output_run(p, sms);
+  const bool chunk_runs = run > 1;
+  const int out_group = chunk_runs ? run : int(p.group);
   // Only the selectors that mark some events keep a unit mask; the tensor-core stages' flags start at zero.
   const bool dense = p.selector == SelectorKind::dense;
   TableArgs table{cu,
@@ -2539,7 +2598,7 @@ std::string forward(const Problem& p, const DeviceTensors& t, void* workspace, s
                   p.total_tokens,
                   nmax,
                   p.chunk,
-                  p.group,
+                  out_group,
                   ws.seq_start,
                   ws.seq_len,
                   ws.chunk_offset,
@@ -2554,9 +2613,18 @@ std::string forward(const Problem& p, const DeviceTensors& t, void* workspace, s
   // The dense selector keeps every event: its mask, budgets and (zero) scores need nothing from the pre-pass.
   const bool no_scores = p.score == ScoreKind::none;
   auto expand_mask = [&](const uint8_t* unit_mask, float* zero_score) {
-    const ExpandMaskArgs args{ws.chunk_offset, ws.group_offset,   HV,        units,  p.group,
-                              unit_mask,       ws.chunk_decay,    head_mask, budget, zero_score,
-                              ws.group_slot,   ws.group_log_decay};
+    const ExpandMaskArgs args{ws.chunk_offset,
+                              chunk_runs ? ws.chunk_offset : ws.group_offset,
+                              HV,
+                              units,
+                              p.group,
+                              unit_mask,
+                              ws.chunk_decay,
+                              head_mask,
+                              budget,
+                              zero_score,
+                              ws.group_slot,
+                              ws.group_log_decay};
     return launch_kernel("expand_mask_kernel", expand_mask_kernel, dim3(unsigned(S), unsigned(HV)), kThreads,
                          0, stream, true, args);
   };
@@ -2585,10 +2653,6 @@ std::string forward(const Problem& p, const DeviceTensors& t, void* workspace, s
                    ws.chunk_decay,
                    ws.statistic};
   const dim3 chunk_grid{unsigned(nmax), unsigned(HV), 1u};
-  const bool use_tc = p.uses_tensor_cores();
-  int sms = 0;
-  if (use_tc)
-    if (std::string e = multiprocessors(&sms); !e.empty()) return e;
   const int rec_columns = use_tc ? recurrence_columns(p, sms) : 0;
   const bool v_in_u = use_tc && v_through_memory(p, sms, rec_columns);
   auto* u_tc = reinterpret_cast<__nv_bfloat16*>(ws.u);
@@ -2755,18 +2819,22 @@ std::string forward(const Problem& p, const DeviceTensors& t, void* workspace, s
                  p.key_dim,
                  p.value_dim,
                  p.chunk,
-                 p.group,
+                 out_group,
                  VT,
                  scale,
                  t.o};
   const dim3 out_grid{unsigned(nmax), unsigned(HV), unsigned(vtiles)};
   const bool out_bf16 = p.output_dtype == DType::bfloat16;
   if (use_tc) {
-    const dim3 grid{unsigned(nmax * HV), 1u, 1u};
+    // Groups of g = out_group chunks: at most Σ ceil(n_s / g) <= (Σ n_s + S (g − 1)) / g, and Σ n_s <= nmax.
+    const dim3 grid{unsigned((nmax + S * (out_group - 1) + out_group - 1) / out_group * HV), 1u, 1u};
     const size_t smem = tc::output_tc_smem(p.group > 1);
-    const auto out_kernel =
-        v_in_u ? (out_bf16 ? tc::output_tc_kernel<__nv_bfloat16, true> : tc::output_tc_kernel<float, true>)
-               : (out_bf16 ? tc::output_tc_kernel<__nv_bfloat16, false> : tc::output_tc_kernel<float, false>);
+    const auto out_kernel = v_in_u       ? (out_bf16 ? tc::output_tc_kernel<__nv_bfloat16, true, false>
+                                                     : tc::output_tc_kernel<float, true, false>)
+                            : chunk_runs ? (out_bf16 ? tc::output_tc_kernel<__nv_bfloat16, false, true>
+                                                     : tc::output_tc_kernel<float, false, true>)
+                                         : (out_bf16 ? tc::output_tc_kernel<__nv_bfloat16, false, false>
+                                                     : tc::output_tc_kernel<float, false, false>);
     err = launch_kernel("output_tc_kernel", out_kernel, grid, 256, smem, stream, true, out, u_tc, w_tc);
   } else if (bf16)
     err = out_bf16 ? launch_output<__nv_bfloat16, __nv_bfloat16>(p, out, out_grid, stream)

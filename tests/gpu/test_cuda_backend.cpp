@@ -704,8 +704,8 @@ TEST_CASE("CUDA tensor-core path matches float64 within the bf16 bound", "[gpu][
 // those of the plain serial launch bit for bit (the arithmetic is the same), over several mask windows
 // (600 chunks), packed sequences, sparse and dense selectors, G = 1 and G = 3, and repeated runs, with
 // recurrence blocks of 32 and of 64 columns (each against its own serial launch: the two sum W S in another
-// order). The recurrence's other copy-pipeline depth (2 stages for sparse, 3 for dense) must give the same
-// bits too.
+// order). The recurrence's other copy-pipeline depth (2 stages for sparse, 3 for dense) and other runs of
+// chunks per output block must give the same bits too.
 namespace {
 // An environment variable set for one scope, unset when the scope ends (also when a check throws), so that a
 // failing case cannot leave later cases running another code path.
@@ -760,11 +760,16 @@ TEST_CASE("CUDA tensor-core outputs beside the recurrence equal the serial launc
         INFO(sel << " G " << group << ", " << (*wide == '1' ? 64 : 32) << "-column recurrence blocks, "
                  << kept << " of " << serial.event_mask.size() << " events kept");
         CHECK((kept < serial.event_mask.size()) == (sel != "dense"));
-        for (int repeat = 0; repeat < 4; ++repeat) {
+        for (int repeat = 0; repeat < 6; ++repeat) {
           const bool other_stages = repeat == 3;
           const ScopedEnv stages("SGDN_CUDA_REC_STAGES", !other_stages ? "" : sel == "dense" ? "3" : "2");
+          // Runs of 1 and 4 chunks per output block (sparse, G = 1; the default is 2): every chunk's output
+          // is computed alike, from its own start state.
+          const char* run = repeat == 4 ? "1" : repeat == 5 ? "4" : "";
+          const ScopedEnv output_run("SGDN_CUDA_OUT_RUN", run);
           const EngineResult<float> overlapped = run_cuda(in, s.config, options);
-          INFO("repeat " << repeat << (other_stages ? " (other recurrence stages)" : ""));
+          INFO("repeat " << repeat << (other_stages ? " (other recurrence stages)" : "")
+                         << (*run ? ", output runs of " : "") << run);
           REQUIRE(bit_differences(overlapped.event_mask.values(), serial.event_mask.values()).first == 0);
           const auto [o_count, o_first] = bit_differences(overlapped.o.values(), serial.o.values());
           const auto [s_count, s_first] =
@@ -854,7 +859,7 @@ TEST_CASE("CUDA small sparse case for the sanitizers", "[gpu][small]") {
   check_varlen(vc);
   // The tensor-core kernels (K = V = 128, bf16): packed, ragged, an empty sequence, G = 2, sparse and dense;
   // then G = 1 (sparse with `stride`, whose mask needs no score and so always equals the CPU's: the outputs
-  // are always compared; dense: v through memory).
+  // are always compared; also with runs of 2 and 4 chunks per output block; dense: v through memory).
   VarlenCase tc = tc_varlen_case({150, 0, 70}, 1, 2);
   tc.group = 2;
   check_varlen(tc);
@@ -866,6 +871,11 @@ TEST_CASE("CUDA small sparse case for the sanitizers", "[gpu][small]") {
   tc.selector = "stride";
   tc.selector_params = {{"rho", "0.5"}};
   check_varlen(tc);
+  for (const char* run : {"2", "4"}) {  // runs of chunks per output block, as long inputs take them
+    const ScopedEnv output_run("SGDN_CUDA_OUT_RUN", run);
+    INFO("output runs of " << run);
+    check_varlen(tc);
+  }
   tc.selector = "dense";
   tc.selector_params = {};
   check_varlen(tc);
