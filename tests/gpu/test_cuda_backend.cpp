@@ -871,11 +871,13 @@ TEST_CASE("CUDA small sparse case for the sanitizers", "[gpu][small]") {
   tc.selector = "stride";
   tc.selector_params = {{"rho", "0.5"}};
   check_varlen(tc);
-  for (const char* run : {"2", "4"}) {  // runs of chunks per output block, as long inputs take them
-    const ScopedEnv output_run("SGDN_CUDA_OUT_RUN", run);
-    INFO("output runs of " << run);
+  for (const char* run : {"2", "4", "4f"}) {  // runs of chunks per output block, as long inputs take them
+    const ScopedEnv output_run("SGDN_CUDA_OUT_RUN", std::string(run).substr(0, 1).c_str());
+    tc.out_bf16 = run[1] != 'f';  // "4f": fp32 outputs
+    INFO("output runs of " << run[0] << (tc.out_bf16 ? ", bf16 outputs" : ", fp32 outputs"));
     check_varlen(tc);
   }
+  tc.out_bf16 = true;
   tc.selector = "dense";
   tc.selector_params = {};
   check_varlen(tc);
