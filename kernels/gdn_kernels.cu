@@ -1653,12 +1653,12 @@ __global__ void __launch_bounds__(128, 4) prepare_tc_kernel(PrepareArgs a, bf16*
   }
 }
 
-// ---- recurrence: per (sequence, value head, V tile of VT = 32 or 64 columns), 256 threads (8 warps: two per
-// scheduler). The state tile (128 x VT fp32) lives in registers: warp w owns rows 16w..16w+15 (1 m-tile x
-// VT / 8 n-tiles). Each selected event:
-//   Sb = bf16(e^{pending} S) (shared);  v̂ = U − W Sb (warp w: rows 16(w & 3).., columns (VT / 2)(w >> 2)..);
-//   Vh = bf16(e^{Γ−γ} ⊙ v̂);  S = e^Γ S + Kᵀ Vh (warp w: its 16 state rows);  Sb = bf16(S), which is also
-//   the snapshot, copied out of shared memory in 16-byte stores.
+// ---- recurrence: per (sequence, value head, V tile of VT = 32 or 64 columns), NW = 8 or 4 warps (two or one
+// per scheduler, see recurrence_warps). The state tile (128 x VT fp32) lives in registers: warp w owns rows
+// 16 (8 / NW) w.., 8 / NW m-tiles x VT / 8 n-tiles. Each selected event:
+//   Sb = bf16(e^{pending} S) (shared);  v̂ = U − W Sb (warp w: rows 16(w & 3).., columns (VT / 2)(w >> 2)..
+//   with 8 warps, all VT with 4);  Vh = bf16(e^{Γ−γ} ⊙ v̂);  S = e^Γ S + Kᵀ Vh (warp w: its state rows);
+//   Sb = bf16(S), which is also the snapshot, copied out of shared memory in 16-byte stores.
 // Two barriers per event when events follow one another (Sb written, Vh written); a skipped chunk before an
 // event adds two to rescale Sb. The next NS − 1 selected events' W, K, U, γ are in flight (cp.async, NS
 // stages). NS = 3 (125 KB of shared memory) keeps a lone busy chain fed; NS = 2 (89 KB) leaves room on the
@@ -1667,7 +1667,6 @@ __global__ void __launch_bounds__(128, 4) prepare_tc_kernel(PrepareArgs a, bf16*
 // is for runs with more 32-column blocks than multiprocessors (packed batches), whose 32-column recurrence
 // the copies' traffic through L2 bounded; 2 stages of it (109 KB) still let two blocks share a
 // multiprocessor.
-constexpr int kRecThreads = 256;
 // The copied tiles have no padding: the 16-byte pieces of a row are permuted (XOR with bits of the row) so
 // that the 8 rows an ldmatrix reads, the rows the epilogue reads, and the 8 pieces a quarter-warp copies each
 // fall in distinct banks of one 128-byte line (with padded rows a copy spanned two lines; cp.async stores
@@ -1705,15 +1704,21 @@ struct RecSmem {
 // memory over the chunk's U, which this block alone reads and has read; the output stage takes it from there.
 // Only for a run in which every chunk is an event (v_through_memory): a skipped chunk would leave U in its
 // place.
-template <int NS, bool VOut, int VT>
-__global__ void __launch_bounds__(kRecThreads, VT == 64 ? 2 : 0)  // 64: two blocks per multiprocessor
+template <int NS, bool VOut, int VT, int NW>
+__global__ void __launch_bounds__(NW * 32, VT == 64 ? 2 : 0)  // 64: two blocks per multiprocessor
     recurrence_tc_kernel(RecurrenceArgs a, bf16* u_all, const bf16* w_all) {
+  static_assert(NW == 8 || NW == 4, "8 or 4 warps");
+  constexpr int kBlockThreads = NW * 32;
   constexpr int kTiles = kD / VT, kLdT = RecSmem<NS, VT>::kLdT;
-  constexpr int kFlags = VT / kTcTile;  // progress flags this block publishes
-  constexpr int kNP = VT / 32;          // v̂: n16 tiles per warp
-  constexpr int kSets = 4 / kNP;        // v̂: accumulator sets (independent mma chains) per n8 tile
-  constexpr int kUPieces = VT / 8;      // 16-byte pieces per row of U
-  constexpr int kURows = kRecThreads / kUPieces, kUCopies = kC / kURows;  // U rows copied at once; copies
+  constexpr int kFlags = VT / kTcTile;           // progress flags this block publishes
+  constexpr int kVCols = NW == 8 ? VT / 2 : VT;  // v̂: columns per warp
+  constexpr int kNP = kVCols / 16;               // v̂: n16 tiles per warp
+  constexpr int kSets = 4 / kNP;                 // v̂: accumulator sets (independent mma chains) per n8 tile
+  static_assert(kSets == 1 || kSets == 2 || kSets == 4, "one, two or four accumulator sets");
+  constexpr int kMT = 8 / NW;                                               // state: m16 tiles per warp
+  constexpr int kUPieces = VT / 8;                                          // 16-byte pieces per row of U
+  constexpr int kURows = kBlockThreads / kUPieces, kUCopies = kC / kURows;  // U rows copied at once; copies
+  constexpr int kWRows = kBlockThreads / 16, kWCopies = kC / kWRows;        // the same for W and K
   // One block per (sequence, value head, V tile), the tile fastest: the blocks that read the same W (a value
   // head's tiles) and the same K (a head pair's) are launched together, so that they run in the same wave
   // when a packed batch has more blocks than fit at once, and the later ones find W and K in L2.
@@ -1745,13 +1750,14 @@ __global__ void __launch_bounds__(kRecThreads, VT == 64 ? 2 : 0)  // 64: two blo
     published = upto;
   };
 
-  // State registers: st[nt][r] at row 16w + gq + 8(r>>1), column col0 + 8nt + 2tq + (r&1).
-  float st[VT / 8][4];
-  for (int nt = 0; nt < VT / 8; ++nt)
-    for (int r = 0; r < 4; ++r) {
-      const int d = warp * 16 + gq + (r >> 1) * 8, col = col0 + nt * 8 + tq * 2 + (r & 1);
-      st[nt][r] = a.initial_state ? a.initial_state[((s * a.HV + hv) * kD + d) * V + col] : 0.f;
-    }
+  // State registers: st[mt][nt][r] at row 16 (kMT w + mt) + gq + 8(r>>1), column col0 + 8nt + 2tq + (r&1).
+  float st[kMT][VT / 8][4];
+  for (int mt = 0; mt < kMT; ++mt)
+    for (int nt = 0; nt < VT / 8; ++nt)
+      for (int r = 0; r < 4; ++r) {
+        const int d = (warp * kMT + mt) * 16 + gq + (r >> 1) * 8, col = col0 + nt * 8 + tq * 2 + (r & 1);
+        st[mt][nt][r] = a.initial_state ? a.initial_state[((s * a.HV + hv) * kD + d) * V + col] : 0.f;
+      }
   // Snapshot `slot` from Sb (bf16(S), written and made visible by the caller): 128 rows x 2 VT bytes, VT / 16
   // 16-byte stores per thread; each store instruction fills whole 32-byte sectors (a thread pair, one row).
   // (A quarter-warp's loads then fall two to a bank. Measured without that, and slower: one row per
@@ -1760,11 +1766,15 @@ __global__ void __launch_bounds__(kRecThreads, VT == 64 ? 2 : 0)  // 64: two blo
   // dense 1.407 → 1.458 ms, sparse 1.278 → 1.354.)
   const int snap_row = threadIdx.x >> 1, snap_col = (threadIdx.x & 1) * 8;
   auto write_snapshot = [&](int64_t slot, int32_t chunk) {
-    bf16* dst = reinterpret_cast<bf16*>(a.snapshots) + (slot_base + slot) * kD * V + snap_row * V + col0;
-    const bf16* src = sm.sb + snap_row * kLdT;
-    uint4 x[VT / 16];
-    for (int j = 0; j < VT / 16; ++j) x[j] = *reinterpret_cast<const uint4*>(src + snap_col + 16 * j);
-    for (int j = 0; j < VT / 16; ++j) *reinterpret_cast<uint4*>(dst + snap_col + 16 * j) = x[j];
+#pragma unroll
+    for (int pass = 0; pass < kMT; ++pass) {  // rows snap_row + (threads / 2) pass
+      const int row = snap_row + pass * (kBlockThreads / 2);
+      bf16* dst = reinterpret_cast<bf16*>(a.snapshots) + (slot_base + slot) * kD * V + row * V + col0;
+      const bf16* src = sm.sb + row * kLdT;
+      uint4 x[VT / 16];
+      for (int j = 0; j < VT / 16; ++j) x[j] = *reinterpret_cast<const uint4*>(src + snap_col + 16 * j);
+      for (int j = 0; j < VT / 16; ++j) *reinterpret_cast<uint4*>(dst + snap_col + 16 * j) = x[j];
+    }
     if (tile == 0 && threadIdx.x == 0) a.snapshot_chunk[slot_base + slot] = chunk;
   };
   // An event's snapshot leaves during the next event, once that event's W Sb products are issued (their
@@ -1775,18 +1785,18 @@ __global__ void __launch_bounds__(kRecThreads, VT == 64 ? 2 : 0)  // 64: two blo
     if (snap_slot >= 0) write_snapshot(snap_slot, snap_chunk);
     snap_slot = -1;
   };
-  store_tile_bf16(sm.sb, kLdT, warp * 16, 0, st);
+  for (int mt = 0; mt < kMT; ++mt) store_tile_bf16(sm.sb, kLdT, (warp * kMT + mt) * 16, 0, st[mt]);
   __syncthreads();
   write_snapshot(0, -1);
 
   // The sequence's offsets once, in registers: fetch() must not wait on global loads before its copies.
   const int64_t seq_chunk0 = a.chunk_offset[s], seq_t0 = a.seq_start[s], seq_len = a.seq_len[s];
-  // The copies' thread-constant parts (256 threads): W and K rows r0 + 16j (j < 4), 16-byte part p8; U rows
+  // The copies' thread-constant parts: W and K rows r0 + kWRows j (j < kWCopies), 16-byte part p8; U rows
   // ur + kURows j (j < kUCopies), part up. Per event only the 64-bit bases change, so the copies take
   // immediate offsets.
   const int r0 = threadIdx.x >> 4, p8 = (threadIdx.x & 15) * 8;
   const int ur = threadIdx.x / kUPieces, up = (threadIdx.x % kUPieces) * 8;
-  // Rows r0 + 16j and ur + kURows j keep the low bits of r0 and ur that the permutations read.
+  // Rows r0 + kWRows j and ur + kURows j keep the low bits of r0 and ur that the permutations read.
   const int w_dst = swz128(r0, p8), u_dst = swz_u<VT>(ur, up);
   const int64_t k_row = int64_t(a.H) * kD;
   // Chunk c's sources are chunk 0's moved by a fixed stride: one 64-bit multiply-add per source and event.
@@ -1801,11 +1811,11 @@ __global__ void __launch_bounds__(kRecThreads, VT == 64 ? 2 : 0)  // 64: two blo
     const bf16* wsrc = w_src0 + c * uw_step;
     const bf16* ksrc = k_src0 + c * k_step;
 #pragma unroll
-    for (int j = 0; j < 4; ++j) {
-      cp_async16(st_.w + w_dst + 16 * j * kD, wsrc + 16 * j * kD, true);
-      const bool valid = r0 + 16 * j < len;  // rows past the sequence's end become zeros
-      cp_async16(st_.k + w_dst + 16 * j * kD, valid ? ksrc : kp, valid);
-      ksrc += 16 * k_row;
+    for (int j = 0; j < kWCopies; ++j) {
+      cp_async16(st_.w + w_dst + kWRows * j * kD, wsrc + kWRows * j * kD, true);
+      const bool valid = r0 + kWRows * j < len;  // rows past the sequence's end become zeros
+      cp_async16(st_.k + w_dst + kWRows * j * kD, valid ? ksrc : kp, valid);
+      ksrc += kWRows * k_row;
     }
 #pragma unroll
     for (int j = 0; j < kUCopies; ++j)
@@ -1819,19 +1829,20 @@ __global__ void __launch_bounds__(kRecThreads, VT == 64 ? 2 : 0)  // 64: two blo
   int64_t slot = 0;
   float pending = 0.f;
   int buf = 0;
-  const int vrow = (warp & 3) * 16, vcol = (warp >> 2) * (VT / 2);  // this warp's tile of v̂
+  const int vrow = (warp & 3) * 16, vcol = (warp >> 2) * kVCols;  // this warp's tile of v̂
   // This thread's element offsets in the tiles, once (the tiles' k-steps add constants): its W fragment rows
   // at k-steps 0-3 (steps 4-7 are 64 elements on: the permutation keeps the low three piece bits), its Kᵀ
   // fragment, its Sb and Vh fragments, its U pairs (n-tiles 0 .. 2 kNP − 1; the second row half is 8 rows
   // on), its row of v̂ (Vh stores, γ) and its state rows (Sb stores).
   int w_off[4];
   for (int kk = 0; kk < 4; ++kk) w_off[kk] = opaque(a_lane_at(swz128, vrow, kk * 16));
-  const int k_off = opaque(a_t_lane_at(swz128, warp * 16, 0));
+  int k_off[kMT];
+  for (int mt = 0; mt < kMT; ++mt) k_off[mt] = opaque(a_t_lane_at(swz128, (warp * kMT + mt) * 16, 0));
   const int b_off = opaque(b_kn_lane(kLdT, 0, 0));
   int u_off[2 * kNP];
   for (int nt = 0; nt < 2 * kNP; ++nt) u_off[nt] = opaque(swz_u<VT>(vrow + gq, vcol + nt * 8 + tq * 2));
   const int v_row = opaque(vrow + gq), vh_off = opaque((vrow + gq) * kLdT + vcol + tq * 2);
-  const int sb_off = opaque((warp * 16 + gq) * kLdT + tq * 2);
+  const int sb_off = opaque((warp * kMT * 16 + gq) * kLdT + tq * 2);
   for (int64_t w0 = 0; w0 < n; w0 += kWindow) {
     const int wn = int(min_i64(kWindow, n - w0));
     flush_snapshot();
@@ -1866,11 +1877,12 @@ __global__ void __launch_bounds__(kRecThreads, VT == 64 ? 2 : 0)  // 64: two blo
       if (pending != 0.f) {  // block-uniform: rescale the state and Sb by the skipped chunks' decay
         const float carried = __expf(pending);
         pending = 0.f;
-        for (int nt = 0; nt < VT / 8; ++nt)
-          for (int r = 0; r < 4; ++r) st[nt][r] *= carried;
+        for (int mt = 0; mt < kMT; ++mt)
+          for (int nt = 0; nt < VT / 8; ++nt)
+            for (int r = 0; r < 4; ++r) st[mt][nt][r] *= carried;
         flush_snapshot();
         __syncthreads();  // every read of the old Sb (snapshot copy) is done
-        store_tile_bf16_at(sm.sb + sb_off, kLdT, st);
+        for (int mt = 0; mt < kMT; ++mt) store_tile_bf16_at(sm.sb + sb_off + mt * 16 * kLdT, kLdT, st[mt]);
         __syncthreads();
       }
       RecStage<VT>& cs = sm.stage[buf];
@@ -1908,7 +1920,8 @@ __global__ void __launch_bounds__(kRecThreads, VT == 64 ? 2 : 0)  // 64: two blo
             float x[2];
             for (int e = 0; e < 2; ++e) {
               const int r = 2 * half + e;
-              float ws = acc[0][nt][r] + acc[1][nt][r];
+              float ws = acc[0][nt][r];
+              if constexpr (kSets >= 2) ws += acc[1][nt][r];
               if constexpr (kSets == 4) ws += acc[2][nt][r] + acc[3][nt][r];
               x[e] = (e ? uu.y : uu.x) - ws;
             }
@@ -1927,30 +1940,42 @@ __global__ void __launch_bounds__(kRecThreads, VT == 64 ? 2 : 0)  // 64: two blo
         for (int j = 0; j < kUCopies; ++j)
           *reinterpret_cast<uint4*>(u_src0 + c * uw_step + j * kURows * kD) =
               *reinterpret_cast<const uint4*>(cs.u + u_dst + j * kURows * VT);
-      {  // S = e^Γ S + Kᵀ Vh: rows 16w.., VT columns, k = 64; the second half of k into a second set
+      {  // S = e^Γ S + Kᵀ Vh: this warp's kMT x 16 rows, VT columns, k = 64; with one m-tile the second half
+         // of k goes into a second set (two mma chains per tile)
         const float decay = __expf(big_gamma);
-        float st2[VT / 8][4] = {};
-        for (int nt = 0; nt < VT / 8; ++nt)
-          for (int r = 0; r < 4; ++r) st[nt][r] *= decay;
+        float st2[kMT == 1 ? VT / 8 : 1][4] = {};
+        for (int mt = 0; mt < kMT; ++mt)
+          for (int nt = 0; nt < VT / 8; ++nt)
+            for (int r = 0; r < 4; ++r) st[mt][nt][r] *= decay;
 #pragma unroll
         for (int k0 = 0; k0 < kC; k0 += 16) {
-          uint32_t af[4];
-          ldsm_x4_t(af, cs.k + k_off + k0 * kD);
-          float(&d)[VT / 8][4] = k0 < kC / 2 ? st : st2;
+          uint32_t af[kMT][4];
+#pragma unroll
+          for (int mt = 0; mt < kMT; ++mt) ldsm_x4_t(af[mt], cs.k + k_off[mt] + k0 * kD);
 #pragma unroll
           for (int j = 0; j < VT / 16; ++j) {
             uint32_t bf[4];
             ldsm_x4_t(bf, sm.vh + b_off + k0 * kLdT + 16 * j);
-            mma(d[2 * j], af, bf[0], bf[1]);
-            mma(d[2 * j + 1], af, bf[2], bf[3]);
+#pragma unroll
+            for (int mt = 0; mt < kMT; ++mt) {
+              if constexpr (kMT == 1) {
+                float(&d)[VT / 8][4] = k0 < kC / 2 ? st[0] : st2;
+                mma(d[2 * j], af[0], bf[0], bf[1]);
+                mma(d[2 * j + 1], af[0], bf[2], bf[3]);
+              } else {
+                mma(st[mt][2 * j], af[mt], bf[0], bf[1]);
+                mma(st[mt][2 * j + 1], af[mt], bf[2], bf[3]);
+              }
+            }
           }
         }
-        for (int nt = 0; nt < VT / 8; ++nt)
-          for (int r = 0; r < 4; ++r) st[nt][r] += st2[nt][r];
+        if constexpr (kMT == 1)
+          for (int nt = 0; nt < VT / 8; ++nt)
+            for (int r = 0; r < 4; ++r) st[0][nt][r] += st2[nt][r];
       }
       // Sb = bf16(S): every read of the old Sb (W Sb above) is behind the barrier. The next event's data must
       // be visible after the barrier below, so its copies are waited for first.
-      store_tile_bf16_at(sm.sb + sb_off, kLdT, st);
+      for (int mt = 0; mt < kMT; ++mt) store_tile_bf16_at(sm.sb + sb_off + mt * 16 * kLdT, kLdT, st[mt]);
       cp_async_wait_but(inflight - 1);
       __syncthreads();
       ++slot;
@@ -1964,12 +1989,13 @@ __global__ void __launch_bounds__(kRecThreads, VT == 64 ? 2 : 0)  // 64: two blo
   publish(n);
   if (a.final_state) {
     const float carried = __expf(pending);
-    for (int nt = 0; nt < VT / 8; ++nt)
-      for (int half = 0; half < 2; ++half) {
-        const int d = warp * 16 + gq + half * 8, col = col0 + nt * 8 + tq * 2;
-        *reinterpret_cast<float2*>(a.final_state + ((s * a.HV + hv) * kD + d) * V + col) =
-            make_float2(st[nt][2 * half] * carried, st[nt][2 * half + 1] * carried);
-      }
+    for (int mt = 0; mt < kMT; ++mt)
+      for (int nt = 0; nt < VT / 8; ++nt)
+        for (int half = 0; half < 2; ++half) {
+          const int d = (warp * kMT + mt) * 16 + gq + half * 8, col = col0 + nt * 8 + tq * 2;
+          *reinterpret_cast<float2*>(a.final_state + ((s * a.HV + hv) * kD + d) * V + col) =
+              make_float2(st[mt][nt][2 * half] * carried, st[mt][nt][2 * half + 1] * carried);
+        }
   }
   if (tile == 0 && threadIdx.x == 0) a.snapshot_count[s * a.HV + hv] = int32_t(slot + 1);
 }
@@ -2265,18 +2291,22 @@ size_t prepare_tc_smem() {
 struct RecurrenceVariant {
   void (*kernel)(RecurrenceArgs, bf16*, const bf16*);
   size_t smem;
+  int threads;
 };
-template <int NS, bool VOut, int VT>
+template <int NS, bool VOut, int VT, int NW>
 RecurrenceVariant recurrence_variant() {
-  return {recurrence_tc_kernel<NS, VOut, VT>, sizeof(RecSmem<NS, VT>)};
+  return {recurrence_tc_kernel<NS, VOut, VT, NW>, sizeof(RecSmem<NS, VT>), NW * 32};
 }
-template <int VT>
+template <int VT, int NW>
 RecurrenceVariant recurrence_variant(int stages, bool v_out) {
-  return stages == 2 ? (v_out ? recurrence_variant<2, true, VT>() : recurrence_variant<2, false, VT>())
-                     : (v_out ? recurrence_variant<3, true, VT>() : recurrence_variant<3, false, VT>());
+  return stages == 2
+             ? (v_out ? recurrence_variant<2, true, VT, NW>() : recurrence_variant<2, false, VT, NW>())
+             : (v_out ? recurrence_variant<3, true, VT, NW>() : recurrence_variant<3, false, VT, NW>());
 }
-RecurrenceVariant recurrence_tc_variant(int stages, bool v_out, int columns) {
-  return columns == 64 ? recurrence_variant<64>(stages, v_out) : recurrence_variant<32>(stages, v_out);
+RecurrenceVariant recurrence_tc_variant(int stages, bool v_out, int columns, int warps) {
+  if (columns == 64)
+    return warps == 4 ? recurrence_variant<64, 4>(stages, v_out) : recurrence_variant<64, 8>(stages, v_out);
+  return warps == 4 ? recurrence_variant<32, 4>(stages, v_out) : recurrence_variant<32, 8>(stages, v_out);
 }
 // Recurrence blocks of `columns` (32 or 64) V columns: one per (sequence, value head, V tile).
 int64_t recurrence_tc_blocks(const Problem& p, int columns = kTcTile) {
@@ -2362,6 +2392,20 @@ int recurrence_stages(const Problem& p, int multiprocessors, int columns) {
   const int64_t three_stage_limit = int64_t(columns == 64 ? 1 : 2) * multiprocessors;
   return p.selector == SelectorKind::dense || tc::recurrence_tc_blocks(p, columns) > three_stage_limit ? 2
                                                                                                        : 3;
+}
+// Warps per recurrence block: 4 (one per scheduler; warp w owns state rows 32w.. and a 16-row tile of v̂ of
+// all the block's columns), except a sparse selector's 32-column blocks, which keep 8 (two per scheduler;
+// 16 state rows and a 16-row tile of half the columns). Measured (two calls each, ms, 8 / 4 warps): dense 16K
+// 0.763, 0.757 / 0.738, 0.739; 32K 1.471, 1.472 / 1.429, 1.437; 128K 5.817, 5.820 / 5.699, 5.715 (the
+// recurrence alone at 32K, 2 stages, v to memory: 0.927 / 0.891); 64-column blocks: 4 x 8K dense 1.326,
+// 1.321 / 1.261, 1.278, sparse 1.054, 1.065 / 1.017, 1.028; 2 x 16K dense 1.318, 1.321 / 1.235, 1.251,
+// sparse 1.084, 1.089 / 1.057, 1.070. A lone sparse chain of 32 columns (3 stages) is slower with 4: alone at
+// 32K 0.753 / 0.806 ms, forwards 1.197, 1.197 / 1.188, 1.191, 1.202, 1.178 (with 2 stages 1.484, 1.488).
+// SGDN_CUDA_REC_WARPS=4 or 8 forces it (a measuring aid).
+int recurrence_warps(const Problem& p, int columns) {
+  const int forced = measuring_switch("SGDN_CUDA_REC_WARPS");
+  if (forced == 4 || forced == 8) return forced;
+  return columns == 32 && p.selector != SelectorKind::dense ? 8 : 4;
 }
 // Whether the tensor-core recurrence leaves each chunk's v = U − W S in U's place for the output stage, which
 // then computes O = scale (e^γ ⊙ (Q S) + A v) instead of recomputing W S: for the dense selector with G = 1
@@ -2784,7 +2828,8 @@ std::string forward(const Problem& p, const DeviceTensors& t, void* workspace, s
   if (use_tc) {
     const dim3 grid{unsigned(tc::recurrence_tc_blocks(p, rec_columns))};
     const int stages = recurrence_stages(p, sms, rec_columns);
-    const auto [rec_kernel, rec_smem] = tc::recurrence_tc_variant(stages, v_in_u, rec_columns);
+    const auto [rec_kernel, rec_smem, rec_threads] =
+        tc::recurrence_tc_variant(stages, v_in_u, rec_columns, recurrence_warps(p, rec_columns));
     // A multiprocessor that runs a 2-stage recurrence block keeps all of its shared memory (228 KB)
     // configured, so that an output block fits beside it; left alone, the driver configures the least that
     // holds two recurrence blocks (196 KB), and the output block (112 KB) would wait for the recurrence to
@@ -2792,8 +2837,8 @@ std::string forward(const Problem& p, const DeviceTensors& t, void* workspace, s
     if (stages == 2)
       SGDN_TRY_CUDA(cudaFuncSetAttribute(rec_kernel, cudaFuncAttributePreferredSharedMemoryCarveout,
                                          int(cudaSharedmemCarveoutMaxShared)));
-    err = launch_kernel("recurrence_tc_kernel", rec_kernel, grid, tc::kRecThreads, rec_smem, stream, true,
-                        rec, u_tc, w_tc);
+    err = launch_kernel("recurrence_tc_kernel", rec_kernel, grid, rec_threads, rec_smem, stream, true, rec,
+                        u_tc, w_tc);
   } else {
     const dim3 rec_grid{unsigned(S), unsigned(HV), unsigned(vtiles)};
     err = bf16 ? launch_recurrence<__nv_bfloat16>(p, rec, rec_grid, stream)

@@ -7,6 +7,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <map>
+#include <optional>
 #include <random>
 #include <string>
 #include <vector>
@@ -567,6 +568,31 @@ TEST_CASE("CUDA packed variable-length batch matches per-sequence references", "
   std::printf("varlen dense bf16 in / bf16 out: worst rel err %.3e\n", err);
 }
 
+namespace {
+// An environment variable set for one scope and given back its earlier value (or unset) when the scope ends,
+// also when a check throws: a failing case cannot leave later cases running another code path, and a switch
+// set for the whole test run (SGDN_CUDA_REC_WARPS=4 ./sgdn_gpu_tests) holds again after the scope.
+class ScopedEnv {
+ public:
+  ScopedEnv(const char* name, const char* value) : name_(name) {
+    if (const char* before = std::getenv(name)) before_ = before;
+    REQUIRE(setenv(name, value, 1) == 0);
+  }
+  ~ScopedEnv() {
+    if (before_)
+      setenv(name_, before_->c_str(), 1);
+    else
+      unsetenv(name_);
+  }
+  ScopedEnv(const ScopedEnv&) = delete;
+  ScopedEnv& operator=(const ScopedEnv&) = delete;
+
+ private:
+  const char* name_;
+  std::optional<std::string> before_;
+};
+}  // namespace
+
 // The tensor-core path (bf16 inputs, K = V = 128, C = 64): bf16 operands with fp32 accumulation, bf16 U/W.
 // Bound: SPEC §12's bf16 parity, 1e-2 relative against the float64 recurrence.
 TEST_CASE("CUDA tensor-core path matches float64 within the bf16 bound", "[gpu][tc]") {
@@ -593,7 +619,10 @@ TEST_CASE("CUDA tensor-core path matches float64 within the bf16 bound", "[gpu][
   for (const Case& cs : cases) {
     const Inputs<float> in = random_inputs(cs.shape, cs.initial_state, 5000 + uint64_t(index));
     const TokenRecurrenceResult ref = token_recurrence(in.cast<double>());
-    {
+    // The dense selector's 32-column recurrence blocks have 4 warps; the 8 that the other selectors use are
+    // forced once too.
+    for (const char* warps : {"", "8"}) {
+      const ScopedEnv rec_warps("SGDN_CUDA_REC_WARPS", warps);
       Strategies s = make_strategies("exact", {}, "survival", "dense", {}, 64, cs.group, Granularity::pair);
       for (bool out16 : {false, true}) {
         CudaRunOptions options;
@@ -602,10 +631,11 @@ TEST_CASE("CUDA tensor-core path matches float64 within the bf16 bound", "[gpu][
         options.tensor_cores = true;
         const EngineResult<float> gpu = run_cuda(in, s.config, options);
         const double err_o = rel_error(gpu.o, ref.o), err_s = rel_error(gpu.final_state, ref.final_state);
-        std::printf("tc dense T=%lld B=%lld HV=%lld S0=%d G=%lld out %s: rel err o %.3e state %.3e\n",
+        std::printf("tc dense T=%lld B=%lld HV=%lld S0=%d G=%lld out %s%s: rel err o %.3e state %.3e\n",
                     (long long)cs.shape.tokens, (long long)cs.shape.batch, (long long)cs.shape.v_heads,
-                    int(cs.initial_state), (long long)cs.group, out16 ? "bf16" : "fp32", err_o, err_s);
-        INFO("tc case " << index);
+                    int(cs.initial_state), (long long)cs.group, out16 ? "bf16" : "fp32",
+                    *warps ? ", 8 warps" : "", err_o, err_s);
+        INFO("tc case " << index << (*warps ? ", 8-warp recurrence blocks" : ""));
         CHECK(err_o <= 1e-2);
         CHECK(err_s <= 1e-2);
         worst = std::max(worst, std::max(err_o, err_s));
@@ -707,19 +737,6 @@ TEST_CASE("CUDA tensor-core path matches float64 within the bf16 bound", "[gpu][
 // order). The recurrence's other copy-pipeline depth (2 stages for sparse, 3 for dense) and other runs of
 // chunks per output block must give the same bits too.
 namespace {
-// An environment variable set for one scope, unset when the scope ends (also when a check throws), so that a
-// failing case cannot leave later cases running another code path.
-class ScopedEnv {
- public:
-  ScopedEnv(const char* name, const char* value) : name_(name) { REQUIRE(setenv(name, value, 1) == 0); }
-  ~ScopedEnv() { unsetenv(name_); }
-  ScopedEnv(const ScopedEnv&) = delete;
-  ScopedEnv& operator=(const ScopedEnv&) = delete;
-
- private:
-  const char* name_;
-};
-
 // How many elements of two equally long vectors differ in their bits, and the first of them (-1: none): a
 // failure prints two numbers instead of millions of values.
 template <class T>
