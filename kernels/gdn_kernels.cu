@@ -2351,7 +2351,8 @@ size_t output_smem(const Problem& p) {
 }
 
 // The measuring aids below are environment variables holding one digit (SGDN_CUDA_STAGE_TIMING=1,
-// SGDN_CUDA_SERIAL_OUTPUTS=1, SGDN_CUDA_REC_STAGES=2|3, SGDN_CUDA_REC_WIDE=0|1, SGDN_CUDA_V_THROUGH=0|1);
+// SGDN_CUDA_SERIAL_OUTPUTS=1, SGDN_CUDA_REC_STAGES=2|3, SGDN_CUDA_REC_WIDE=0|1, SGDN_CUDA_V_THROUGH=0|1,
+// SGDN_CUDA_REC_WARPS=4|8, SGDN_CUDA_OUT_RUN=1|2|4);
 // anything else, or unset, reads as -1 (off).
 int measuring_switch(const char* name) {
   const char* env = std::getenv(name);
