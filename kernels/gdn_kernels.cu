@@ -2398,9 +2398,9 @@ int recurrence_stages(const Problem& p, int multiprocessors, int columns) {
 // all the block's columns), except a sparse selector's 32-column blocks, which keep 8 (two per scheduler;
 // 16 state rows and a 16-row tile of half the columns). Measured (two calls each, ms, 8 / 4 warps): dense 16K
 // 0.763, 0.757 / 0.738, 0.739; 32K 1.471, 1.472 / 1.429, 1.437; 128K 5.817, 5.820 / 5.699, 5.715 (the
-// recurrence alone at 32K, 2 stages, v to memory: 0.927 / 0.891); 64-column blocks: 4 x 8K dense 1.326,
-// 1.321 / 1.261, 1.278, sparse 1.054, 1.065 / 1.017, 1.028; 2 x 16K dense 1.318, 1.321 / 1.235, 1.251,
-// sparse 1.084, 1.089 / 1.057, 1.070. A lone sparse chain of 32 columns (3 stages) is slower with 4: alone at
+// recurrence alone at 32K, 2 stages, v to memory: 0.927 / 0.891); 64-column blocks: 4 x 8K dense 1.334,
+// 1.331 / 1.308, 1.308, sparse 1.060, 1.052 / 1.043, 1.042; 2 x 16K dense 1.318, 1.317 / 1.296, 1.295,
+// sparse 1.083, 1.079 / 1.083, 1.085. A lone sparse chain of 32 columns (3 stages) is slower with 4: alone at
 // 32K 0.753 / 0.806 ms, forwards 1.197, 1.197 / 1.188, 1.191, 1.202, 1.178 (with 2 stages 1.484, 1.488).
 // SGDN_CUDA_REC_WARPS=4 or 8 forces it (a measuring aid).
 int recurrence_warps(const Problem& p, int columns) {
