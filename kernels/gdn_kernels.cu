@@ -1758,9 +1758,9 @@ __global__ void __launch_bounds__(NW * 32, VT == 64 ? 2 : 0)  // 64: two blocks 
         const int d = (warp * kMT + mt) * 16 + gq + (r >> 1) * 8, col = col0 + nt * 8 + tq * 2 + (r & 1);
         st[mt][nt][r] = a.initial_state ? a.initial_state[((s * a.HV + hv) * kD + d) * V + col] : 0.f;
       }
-  // Snapshot `slot` from Sb (bf16(S), written and made visible by the caller): 128 rows x 2 VT bytes, VT / 16
-  // 16-byte stores per thread; each store instruction fills whole 32-byte sectors (a thread pair, one row).
-  // (A quarter-warp's loads then fall two to a bank. Measured without that, and slower: one row per
+  // Snapshot `slot` from Sb (bf16(S), written and made visible by the caller): 128 rows x 2 VT bytes, kMT VT
+  // / 16 16-byte stores per thread; each store instruction fills whole 32-byte sectors (a thread pair, one
+  // row). (A quarter-warp's loads then fall two to a bank. Measured without that, and slower: one row per
   // quarter-warp took more registers than the 64-column kernel has, 2 x 16K dense 1.375 → 1.507 ms; the pair
   // taking the two halves of a 64-column row, pieces j and 4 + j, made each store fill half-sectors, 2 x 16K
   // dense 1.407 → 1.458 ms, sparse 1.278 → 1.354.)
@@ -1887,7 +1887,7 @@ __global__ void __launch_bounds__(NW * 32, VT == 64 ? 2 : 0)  // 64: two blocks 
       }
       RecStage<VT>& cs = sm.stage[buf];
       --inflight;  // this one
-      {  // v̂ = U − W Sb: this warp's 16 x (VT / 2) tile, k = 128, in kSets accumulator sets (mma chains)
+      {  // v̂ = U − W Sb: this warp's 16 x kVCols tile, k = 128, in kSets accumulator sets (mma chains)
         float acc[kSets][2 * kNP][4] = {};
 #pragma unroll
         for (int kk = 0; kk < kD / 16; ++kk) {
