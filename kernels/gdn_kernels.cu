@@ -1091,6 +1091,8 @@ constexpr int kLdC = kC + 8;           // row stride of 64-wide bf16 tiles
 constexpr int kVTiles = kD / kTcTile;  // progress flags per (sequence, value head): one per 32 V columns
 constexpr int kWindow = 256;           // chunks of mask / decay staged at a time in the recurrence
 constexpr int kPublishEvery = 16;      // chunks between two progress stores of a recurrence block
+constexpr int kPrepThreads = 128;      // a pre-pass block: one warpgroup
+constexpr int kOutThreads = 256;       // an output block: eight warps
 using bf16 = __nv_bfloat16;
 
 // Progress flags between the recurrence and the output stage, which runs beside it (programmatic dependent
@@ -1181,6 +1183,14 @@ __device__ __forceinline__ void load_b_nk(uint32_t b[4], const bf16* base, int l
   const int lane = threadIdx.x & 31;
   ldsm_x4(b, base + (n0 + (lane & 7) + (lane >> 4) * 8) * ld + k0 + ((lane >> 3) & 1) * 8);
 }
+// e^x for the tensor-core kernels' decays: the hardware's 2^x of x log2 e, as __expf, without __expf's three
+// instructions that keep results below 2^-126 (those flush to zero); e^-inf = 0, so that a masked entry's
+// decay is zero without a branch around it.
+__device__ __forceinline__ float exp_ftz(float x) {
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x * 1.4426950408889634f));
+  return y;
+}
 __device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) {
   __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
   return *reinterpret_cast<uint32_t*>(&v);
@@ -1256,30 +1266,39 @@ __device__ __forceinline__ void cp_async_wait_but(int pending) {
 }
 
 // rows x 128 bf16 from global rows (row stride `gstride` elements) into a tile whose element (r, c) is at
-// dst + at(r, c); rows >= len become zeros. Every thread of the block takes part, 16 consecutive threads per
-// row.
-template <class At>
+// dst + at(r, c); rows >= len become zeros. Every thread of the block (`Threads` of them) takes part, 16
+// consecutive threads per row, `rows` a multiple of Threads / 16. With the thread count known at compile
+// time each thread's column and row step are constants, and the passes unroll into back-to-back copies
+// (Unrolled) or stay a loop that issues one copy per turn (for blocks that run beside a dense recurrence,
+// see output_tc_kernel).
+template <int Threads, bool Unrolled, class At>
 __device__ __forceinline__ void copy_rows_at(bf16* dst, At at, const bf16* src, int64_t gstride, int len,
                                              int rows = kC) {
-  for (int e = threadIdx.x; e < rows * (kD / 8); e += blockDim.x) {
-    const int i = e >> 4, col = (e & 15) * 8;
+  constexpr int kPieces = kD / 8, kRowStep = Threads / kPieces;  // 16-byte pieces per row; rows per pass
+  static_assert(Threads % kPieces == 0, "whole rows per pass");
+  const int r0 = int(threadIdx.x) / kPieces, col = (int(threadIdx.x) % kPieces) * 8;
+  constexpr int kUnroll = Unrolled ? 8 : 1;  // every pass (rows / kRowStep is at most 8), or one at a time
+  const bf16* from = src + r0 * gstride + col;
+#pragma unroll kUnroll
+  for (int pass = 0; pass < rows / kRowStep; ++pass, from += kRowStep * gstride) {
+    const int i = r0 + pass * kRowStep;
     const bool valid = i < len;
-    cp_async16(dst + at(i, col), src + (valid ? int64_t(i) * gstride : 0) + col, valid);
+    cp_async16(dst + at(i, col), valid ? from : src, valid);
   }
 }
 // The same into a [rows][kLd] tile.
+template <int Threads, bool Unrolled>
 __device__ __forceinline__ void copy_rows(bf16* dst, const bf16* src, int64_t gstride, int len,
                                           int rows = kC) {
-  copy_rows_at(
+  copy_rows_at<Threads, Unrolled>(
       dst, [](int r, int c) { return r * kLd + c; }, src, gstride, len, rows);
 }
 
 // ---- prepare: γ, L (band), T = (I + L)^-1 in fp32, U = T diag(β) V, W = T diag(β e^γ) K in bf16, Γ,
 // statistic. 128 threads (4 warps, one warpgroup); warp w owns rows 16w..16w+15 of every 64-row product.
-// Shared memory, 56 KB so that 4 blocks share a multiprocessor: K; L (fp32), then V; T (fp32), then W and U.
+// Shared memory, 53 KB so that 4 blocks share a multiprocessor: K; L (fp32), then V; T (fp32), then W and U.
 constexpr int kLdL = kC + 8;   // fp32 row stride of L
 constexpr int kLdTm = kC + 4;  // fp32 row stride of T
-constexpr int kLdX = 16;       // fp32 row stride of the block solve's X (a warp's 16 x 16 scratch tile)
 // ---- warpgroup products (wgmma, sm_90a) for the pre-pass: the block's four warps issue one 64-row product
 // together; B (and A, unless it comes from registers) is read from shared memory through a descriptor, once
 // for the whole warpgroup (mma.sync has every warp load its own copy of B through ldmatrix). The
@@ -1370,28 +1389,23 @@ __device__ __forceinline__ void store_rows_sw128(bf16* out, const bf16* tile) {
     *reinterpret_cast<uint4*>(out + i * kD + col) = *reinterpret_cast<const uint4*>(tile + sw128(i, col));
   }
 }
-// The scratch tile's column for (r, c): bit 3 flipped on rows 2, 3 (mod 4) so that the B-fragment loads
-// (rows t and t + 4, t < 4; eight columns) fall in 32 distinct banks.
-__device__ __forceinline__ int xs_col(int r, int c) {
-  return c ^ (r & 2 ? 8 : 0);
-}
 __device__ __forceinline__ uint32_t to_tf32(float x) {
   uint32_t r;
   asm("cvt.rna.tf32.f32 %0, %1;\n" : "=r"(r) : "f"(x));
   return r;
 }
 // acc (16 x 16: two n8 tiles) += A B for 16 x 16 fp32 tiles in shared memory (row strides lda, ldb), tf32
-// operands, fp32 accumulation. B is the block solve's scratch tile (swizzled by xs_col) when b_scratch.
+// operands, fp32 accumulation.
 __device__ __forceinline__ void mma_16x16_tf32(float (&acc)[2][4], const float* a, int lda, const float* b,
-                                               int ldb, bool b_scratch = false) {
+                                               int ldb) {
   const int lane = threadIdx.x & 31, gq = lane >> 2, tq = lane & 3;
   for (int k0 = 0; k0 < 16; k0 += 8) {
     const uint32_t a0 = to_tf32(a[gq * lda + k0 + tq]), a1 = to_tf32(a[(gq + 8) * lda + k0 + tq]);
     const uint32_t a2 = to_tf32(a[gq * lda + k0 + tq + 4]), a3 = to_tf32(a[(gq + 8) * lda + k0 + tq + 4]);
     for (int nt = 0; nt < 2; ++nt) {
       const int r0 = k0 + tq, r1 = k0 + tq + 4, c = nt * 8 + gq;
-      const uint32_t b0 = to_tf32(b[r0 * ldb + (b_scratch ? xs_col(r0, c) : c)]);
-      const uint32_t b1 = to_tf32(b[r1 * ldb + (b_scratch ? xs_col(r1, c) : c)]);
+      const uint32_t b0 = to_tf32(b[r0 * ldb + c]);
+      const uint32_t b1 = to_tf32(b[r1 * ldb + c]);
       asm volatile(
           "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
           "{%0,%1,%2,%3};\n"
@@ -1401,10 +1415,9 @@ __device__ __forceinline__ void mma_16x16_tf32(float (&acc)[2][4], const float* 
   }
 }
 struct PrepSmem {
-  bf16 k[kC * kD];          // K (sw128)
-  float lm[kC * kLdL];      // L; then V (sw128 bf16), copied while W is computed
-  float tm[kC * kLdTm];     // T; then W and U (sw128 bf16) on their way out, U also for the statistic
-  float xs[3 * 16 * kLdX];  // block solve scratch
+  bf16 k[kC * kD];       // K (sw128)
+  float lm[kC * kLdL];   // L (its zero blocks above the diagonal: the solve's Y tiles); then V (sw128 bf16)
+  float tm[kC * kLdTm];  // T; then W and U (sw128 bf16) on their way out, U also for the statistic
   float gam[kC];
   float eg[kC];  // e^γ
   float bet[kC];
@@ -1472,7 +1485,8 @@ __device__ __forceinline__ void abt_product(float (&acc)[32], const bf16* x, con
 }
 
 template <bool Stat>
-__global__ void __launch_bounds__(128, 4) prepare_tc_kernel(PrepareArgs a, bf16* u_out_all, bf16* w_out_all) {
+__global__ void __launch_bounds__(kPrepThreads, 4)
+    prepare_tc_kernel(PrepareArgs a, bf16* u_out_all, bf16* w_out_all) {
   // The chunk table (and a dense run's selection) complete. No early start for the kernel after this one: a
   // 2-stage recurrence placed while the last pre-pass blocks run would put two blocks on some
   // multiprocessors (measured: dense 32K-128K 3-4 % slower), where one each leaves room for an output block.
@@ -1495,7 +1509,7 @@ __global__ void __launch_bounds__(128, 4) prepare_tc_kernel(PrepareArgs a, bf16*
 
   const bf16* kp = static_cast<const bf16*>(a.k) + (t0 * a.H + h) * kD;
   const bf16* vp = static_cast<const bf16*>(a.v) + (t0 * a.HV + hv) * kD;
-  copy_rows_at(sm.k, sw128, kp, int64_t(a.H) * kD, len);
+  copy_rows_at<kPrepThreads, true>(sm.k, sw128, kp, int64_t(a.H) * kD, len);
   cp_async_commit();
   const bf16* bp = static_cast<const bf16*>(a.beta);
   if (warp == 0) {
@@ -1538,9 +1552,11 @@ __global__ void __launch_bounds__(128, 4) prepare_tc_kernel(PrepareArgs a, bf16*
       for (int half = 0; half < 2; ++half) {
         const int i = row[half];
         const float x0 = kk[4 * nt + 2 * half], x1 = kk[4 * nt + 2 * half + 1];
+        constexpr float kOut = -INFINITY;  // outside the band: a zero decay, no branch
+        const float e0 = exp_ftz(j < i && j >= first[half] ? grow[half] - g0 : kOut);
+        const float e1 = exp_ftz(j + 1 < i && j + 1 >= first[half] ? grow[half] - g1 : kOut);
         *reinterpret_cast<float2*>(&sm.lm[i * kLdL + j]) =
-            make_float2(j < i && j >= first[half] ? brow[half] * x0 * __expf(grow[half] - g0) : 0.f,
-                        j + 1 < i && j + 1 >= first[half] ? brow[half] * x1 * __expf(grow[half] - g1) : 0.f);
+            make_float2(brow[half] * x0 * e0, brow[half] * x1 * e1);
       }
     }
   }
@@ -1560,7 +1576,7 @@ __global__ void __launch_bounds__(128, 4) prepare_tc_kernel(PrepareArgs a, bf16*
       sm.tm[(b0 + i) * kLdTm + col] = x[i];
     }
   } else {
-    sm.eg[threadIdx.x - kC] = __expf(sm.gam[threadIdx.x - kC]);
+    sm.eg[threadIdx.x - kC] = exp_ftz(sm.gam[threadIdx.x - kC]);
     for (int e = threadIdx.x - kC; e < 6 * 64; e += blockDim.x - kC) {
       // the six blocks (I, J) with J > I: (0,1) (0,2) (0,3) (1,2) (1,3) (2,3), four columns per store
       const int blk = e >> 6, r = (e >> 2) & 15, cc = (e & 3) * 4;
@@ -1571,32 +1587,61 @@ __global__ void __launch_bounds__(128, 4) prepare_tc_kernel(PrepareArgs a, bf16*
     }
   }
   __syncthreads();
-  // Below the diagonal, column block J by warp J (no barrier between block rows: every T_MJ a product reads
-  // is this warp's own): for I = J+1..3, X = Σ_{J<=M<I} L_IM T_MJ and T_IJ = −T_II X, 16 x 16 products on
-  // tensor cores in tf32 (fp32 accumulation; operands rounded to 10-bit mantissas, below the bf16 rounding of
-  // T diag(β) and T diag(β e^γ) that follows). X goes through the warp's scratch tile to become the second
-  // operand.
-  if (warp < 3) {
-    const int J = warp;
-    float* xs = sm.xs + warp * 16 * kLdX;
-    for (int I = J + 1; I < 4; ++I) {
-      float x[2][4] = {};
-      for (int M = J; M < I; ++M)
-        mma_16x16_tf32(x, sm.lm + I * 16 * kLdL + M * 16, kLdL, sm.tm + M * 16 * kLdTm + J * 16, kLdTm);
-      for (int nt = 0; nt < 2; ++nt)
-        for (int half = 0; half < 2; ++half) {
-          const int r = gq + half * 8;
-          *reinterpret_cast<float2*>(xs + r * kLdX + xs_col(r, nt * 8 + tq * 2)) =
-              make_float2(x[nt][2 * half], x[nt][2 * half + 1]);
-        }
-      __syncwarp();
-      float t[2][4] = {};
-      mma_16x16_tf32(t, sm.tm + I * 16 * kLdTm + I * 16, kLdTm, xs, kLdX, true);
+  // Below the diagonal, in three steps of 16 x 16 products on tensor cores in tf32 (fp32 accumulation;
+  // operands rounded to 10-bit mantissas, below the bf16 rounding of T diag(β) and T diag(β e^γ) that
+  // follows), one tile per warp and step. With T's 32-row halves A (blocks 0, 1) and B (blocks 2, 3) and
+  // R = L's lower-left 32 x 32, T's lower-left half is −B R A:
+  //   1. T_10 = −T_11 (L_10 T_00), T_32 = −T_33 (L_32 T_22), Y_21 = L_21 T_11, Y_31 = L_31 T_11;
+  //   2. Y_20 = L_20 T_00 + L_21 T_10, Y_30 = L_30 T_00 + L_31 T_10;
+  //   3. T_2J = −T_22 Y_2J, T_3J = −(T_32 Y_2J + T_33 Y_3J) for J = 0, 1.
+  // Six products deep (column by column it was nine, on one warp). Blocks of L that the solver's band zeroes
+  // are skipped (block_adjacent with band 1: four deep). The Y tiles live in L's blocks above the diagonal,
+  // which hold zeros and are read no more.
+  {
+    auto lb = [&](int I, int M) { return sm.lm + I * 16 * kLdL + M * 16; };
+    auto tb = [&](int I, int J) { return sm.tm + I * 16 * kLdTm + J * 16; };
+    // Block (I, M) of L has a nonzero entry: the band's first column of its first row is left of its end.
+    auto kept = [&](int I, int M) { return band_first(16 * I, a.block, a.band) < 16 * (M + 1); };
+    auto y_tile = [&](int I, int J) { return lb(J, I); };  // Y_IJ (I = 2, 3; J = 0, 1) in L's block (J, I)
+    auto y_kept = [&](int I, int J) { return kept(I, 1) || (J == 0 && kept(I, 0)); };  // Y_IJ may be nonzero
+    auto store_tile = [&](float* dst, int ld, const float(&x)[2][4], float sign) {
       for (int nt = 0; nt < 2; ++nt)
         for (int half = 0; half < 2; ++half)
-          *reinterpret_cast<float2*>(sm.tm + (I * 16 + gq + half * 8) * kLdTm + J * 16 + nt * 8 + tq * 2) =
-              make_float2(-t[nt][2 * half], -t[nt][2 * half + 1]);
-      __syncwarp();  // T_IJ visible to the warp's next products; the scratch free again
+          *reinterpret_cast<float2*>(dst + (gq + half * 8) * ld + nt * 8 + tq * 2) =
+              make_float2(sign * x[nt][2 * half], sign * x[nt][2 * half + 1]);
+    };
+    if (warp < 2) {  // T_10 (warp 0), T_32 (warp 1); X = L_{I,I−1} T_{I−1,I−1} through Y_20's / Y_30's tile
+      const int I = warp ? 3 : 1;
+      float t[2][4] = {};
+      if (kept(I, I - 1)) {
+        float x[2][4] = {};
+        mma_16x16_tf32(x, lb(I, I - 1), kLdL, tb(I - 1, I - 1), kLdTm);
+        store_tile(y_tile(2 + warp, 0), kLdL, x, 1.f);
+        __syncwarp();
+        mma_16x16_tf32(t, tb(I, I), kLdTm, y_tile(2 + warp, 0), kLdL);
+        __syncwarp();  // X read: the tile is free for step 2
+      }
+      store_tile(tb(I, I - 1), kLdTm, t, -1.f);
+    } else {  // Y_21 (warp 2), Y_31 (warp 3)
+      float y[2][4] = {};
+      if (kept(warp, 1)) mma_16x16_tf32(y, lb(warp, 1), kLdL, tb(1, 1), kLdTm);
+      store_tile(y_tile(warp, 1), kLdL, y, 1.f);
+    }
+    __syncthreads();
+    if (warp < 2) {  // Y_20 (warp 0), Y_30 (warp 1)
+      const int I = 2 + warp;
+      float y[2][4] = {};
+      if (kept(I, 0)) mma_16x16_tf32(y, lb(I, 0), kLdL, tb(0, 0), kLdTm);
+      if (kept(I, 1)) mma_16x16_tf32(y, lb(I, 1), kLdL, tb(1, 0), kLdTm);
+      store_tile(y_tile(I, 0), kLdL, y, 1.f);
+    }
+    __syncthreads();
+    {  // T_IJ, I = 2 + (warp >> 1), J = warp & 1
+      const int I = 2 + (warp >> 1), J = warp & 1;
+      float t[2][4] = {};
+      if (y_kept(2, J)) mma_16x16_tf32(t, tb(I, 2), kLdTm, y_tile(2, J), kLdL);
+      if (I == 3 && y_kept(3, J)) mma_16x16_tf32(t, tb(3, 3), kLdTm, y_tile(3, J), kLdL);
+      store_tile(tb(I, J), kLdTm, t, -1.f);
     }
   }
   __syncthreads();
@@ -1605,7 +1650,7 @@ __global__ void __launch_bounds__(128, 4) prepare_tc_kernel(PrepareArgs a, bf16*
   const int64_t slot = id * a.HV + hv;
   bf16* u_out = u_out_all + slot * kC * kD;
   bf16* w_out = w_out_all + slot * kC * kD;
-  copy_rows_at(vs, sw128, vp, int64_t(a.HV) * kD, len);
+  copy_rows_at<kPrepThreads, true>(vs, sw128, vp, int64_t(a.HV) * kD, len);
   cp_async_commit();
   uint32_t fw[4][4], fu[4][4];
   t_fragments(fw, sm, true);
@@ -1629,7 +1674,7 @@ __global__ void __launch_bounds__(128, 4) prepare_tc_kernel(PrepareArgs a, bf16*
     // two 64 x 64 products (k = 128) instead of Mᵀ = Kᵀ U itself (128 x 128). β is read no more: its slots
     // take f.
     if (threadIdx.x < kC)
-      sm.bet[threadIdx.x] = threadIdx.x < len ? __expf(big_gamma - sm.gam[threadIdx.x]) : 0.f;
+      sm.bet[threadIdx.x] = threadIdx.x < len ? exp_ftz(big_gamma - sm.gam[threadIdx.x]) : 0.f;
     fence_proxy_async();
     __syncthreads();  // U (bf16) complete in its tile, f in place
     float kk[32], uu[32];
@@ -1875,7 +1920,7 @@ __global__ void __launch_bounds__(NW * 32, VT == 64 ? 2 : 0)  // 64: two blocks 
       }
       // i is the current event: its data is in `buf` and visible (waited for before the last barrier).
       if (pending != 0.f) {  // block-uniform: rescale the state and Sb by the skipped chunks' decay
-        const float carried = __expf(pending);
+        const float carried = exp_ftz(pending);
         pending = 0.f;
         for (int mt = 0; mt < kMT; ++mt)
           for (int nt = 0; nt < VT / 8; ++nt)
@@ -1912,7 +1957,7 @@ __global__ void __launch_bounds__(NW * 32, VT == 64 ? 2 : 0)  // 64: two blocks 
         }
 #pragma unroll
         for (int half = 0; half < 2; ++half) {
-          const float f = __expf(big_gamma - cs.gam[v_row + half * 8]);
+          const float f = exp_ftz(big_gamma - cs.gam[v_row + half * 8]);
 #pragma unroll
           for (int nt = 0; nt < 2 * kNP; ++nt) {
             uint32_t* u_pair = reinterpret_cast<uint32_t*>(cs.u + u_off[nt] + half * 8 * VT);
@@ -1942,7 +1987,7 @@ __global__ void __launch_bounds__(NW * 32, VT == 64 ? 2 : 0)  // 64: two blocks 
               *reinterpret_cast<const uint4*>(cs.u + u_dst + j * kURows * VT);
       {  // S = e^Γ S + Kᵀ Vh: this warp's kMT x 16 rows, VT columns, k = 64; with one m-tile the second half
          // of k goes into a second set (two mma chains per tile)
-        const float decay = __expf(big_gamma);
+        const float decay = exp_ftz(big_gamma);
         float st2[kMT == 1 ? VT / 8 : 1][4] = {};
         for (int mt = 0; mt < kMT; ++mt)
           for (int nt = 0; nt < VT / 8; ++nt)
@@ -1988,7 +2033,7 @@ __global__ void __launch_bounds__(NW * 32, VT == 64 ? 2 : 0)  // 64: two blocks 
   __syncthreads();
   publish(n);
   if (a.final_state) {
-    const float carried = __expf(pending);
+    const float carried = exp_ftz(pending);
     for (int mt = 0; mt < kMT; ++mt)
       for (int nt = 0; nt < VT / 8; ++nt)
         for (int half = 0; half < 2; ++half) {
@@ -2031,8 +2076,13 @@ __device__ __forceinline__ void finish_output_block(int32_t* blocks_done) {
 // Runs (G = 1, not VIn): each block takes a run of a.G chunks (the table's groups), each chunk from its own
 // start state, whose record (snapshot slot, pending decay) is per chunk.
 template <class Out, bool VIn, bool Runs>
-__global__ void __launch_bounds__(256) output_tc_kernel(OutputArgs a, const bf16* u_all, const bf16* w_all) {
+__global__ void __launch_bounds__(kOutThreads)
+    output_tc_kernel(OutputArgs a, const bf16* u_all, const bf16* w_all) {
   static_assert(!(VIn && Runs), "v through memory takes one chunk per block");
+  // The copies unrolled, except where the blocks run beside a dense recurrence (VIn): issued back to back
+  // there, they slowed the chains beside them by more than the blocks gained (dense 32K 1.44 → 1.50 ms,
+  // packed and sparse runs 1-2 % faster).
+  constexpr bool kUnrolled = !VIn;
   // Blocks in the group table's order (the value heads of one group side by side; a packed batch's sequences
   // round-robin, see table_kernel), so that the blocks the scheduler hands out while the recurrence runs are
   // the ones its progress reaches first.
@@ -2059,8 +2109,8 @@ __global__ void __launch_bounds__(256) output_tc_kernel(OutputArgs a, const bf16
   // needs (Q, K, γ), then W and U (VIn: one group, v travels with the snapshot).
   auto fetch_qk = [&](int64_t c) {
     const auto [t0, len, cslot] = chunk_place(gi, c, kC, a.HV, hv);
-    copy_rows(sm.q, qp + (t0 * a.H + h) * kD, int64_t(a.H) * kD, len);
-    copy_rows(sm.k, kp + (t0 * a.H + h) * kD, int64_t(a.H) * kD, len);
+    copy_rows<kOutThreads, kUnrolled>(sm.q, qp + (t0 * a.H + h) * kD, int64_t(a.H) * kD, len);
+    copy_rows<kOutThreads, kUnrolled>(sm.k, kp + (t0 * a.H + h) * kD, int64_t(a.H) * kD, len);
     if (threadIdx.x < kC / 4)
       cp_async16(sm.gam + threadIdx.x * 4, a.gamma + cslot * kC + threadIdx.x * 4, true);
     cp_async_commit();
@@ -2068,8 +2118,8 @@ __global__ void __launch_bounds__(256) output_tc_kernel(OutputArgs a, const bf16
   auto fetch_wu = [&](int64_t c) {
     if constexpr (!VIn) {
       const int64_t cslot = chunk_place(gi, c, kC, a.HV, hv).cslot;
-      copy_rows(sm.w, w_all + cslot * kC * kD, kD, kC);
-      copy_rows(sm.u, u_all + cslot * kC * kD, kD, kC);
+      copy_rows<kOutThreads, kUnrolled>(sm.w, w_all + cslot * kC * kD, kD, kC);
+      copy_rows<kOutThreads, kUnrolled>(sm.u, u_all + cslot * kC * kD, kD, kC);
       cp_async_commit();
     }
   };
@@ -2077,7 +2127,7 @@ __global__ void __launch_bounds__(256) output_tc_kernel(OutputArgs a, const bf16
   // e^{pending}, a factor that the first chunk applies to Q̃ (and that S_loc takes in fp32 when G > 1).
   const int64_t rec0 = runs ? (gi.chunk0 + first) * a.HV + hv : gid * a.HV + hv;
   const int32_t start_slot = __ldcg(a.group_slot + rec0);
-  float carried = __expf(__ldcg(a.group_log_decay + rec0));
+  float carried = exp_ftz(__ldcg(a.group_log_decay + rec0));
   // Runs: the next chunk's record, loaded a chunk ahead; the slot of the snapshot in sm.sb.
   int32_t next_slot = 0, sb_slot = start_slot;
   float next_log_decay = 0.f;
@@ -2092,16 +2142,19 @@ __global__ void __launch_bounds__(256) output_tc_kernel(OutputArgs a, const bf16
   // runs: read through L2 (cp.async.cg), never from a multiprocessor's L1, which another block may have
   // filled before the write.
   auto fetch_state = [&]() {
-    copy_rows(sm.sb, reinterpret_cast<const bf16*>(a.snapshots) + (slot_base + start_slot) * kD * V, kD, kD,
-              kD);
-    if constexpr (VIn) copy_rows(sm.u, u_all + chunk_place(gi, first, kC, a.HV, hv).cslot * kC * kD, kD, kC);
+    copy_rows<kOutThreads, kUnrolled>(
+        sm.sb, reinterpret_cast<const bf16*>(a.snapshots) + (slot_base + start_slot) * kD * V, kD, kD, kD);
+    if constexpr (VIn)
+      copy_rows<kOutThreads, kUnrolled>(sm.u, u_all + chunk_place(gi, first, kC, a.HV, hv).cslot * kC * kD,
+                                        kD, kC);
     cp_async_commit();
   };
   // The flags of the head's four 32-column parts, one thread each: has the recurrence passed this group?
   const int32_t* flags = a.progress + progress_flag_index(s, a.HV, hv, kVTiles, 0);
-  auto wait_for_state = [&]() {
+  // Waits until the recurrence has passed chunk c (its flags are beyond c).
+  auto wait_for_state = [&](int64_t c) {
     if (threadIdx.x < kVTiles)
-      while (acquire_progress(flags + threadIdx.x) <= first) __nanosleep(256);
+      while (acquire_progress(flags + threadIdx.x) <= c) __nanosleep(256);
     __syncthreads();
   };
   // The first chunk's copy groups, in the order they are committed; `qk_behind` and `wu_behind` count the
@@ -2112,7 +2165,7 @@ __global__ void __launch_bounds__(256) output_tc_kernel(OutputArgs a, const bf16
     // Q, K, γ leave before the flags are read (one round trip sooner), then the state and v, which the two
     // products after A need.
     fetch_qk(first);
-    wait_for_state();
+    wait_for_state(first);
     fetch_state();
   } else {
     // If the recurrence has passed the group, the state is copied first, ahead of the chunk's operands (its
@@ -2124,7 +2177,7 @@ __global__ void __launch_bounds__(256) output_tc_kernel(OutputArgs a, const bf16
     fetch_qk(first);
     fetch_wu(first);
     if (!ready) {
-      wait_for_state();
+      wait_for_state(first);
       fetch_state();
     }
     qk_behind = ready ? 1 : 2;
@@ -2146,16 +2199,14 @@ __global__ void __launch_bounds__(256) output_tc_kernel(OutputArgs a, const bf16
       __syncthreads();  // every warp is done with the chunk before's tiles
       fetch_qk(c);
       fetch_wu(c);
-      carried = __expf(next_log_decay);
+      carried = exp_ftz(next_log_decay);
       qk_behind = 1;
       wu_behind = 0;
       if (next_slot != sb_slot) {  // an event in the chunk before: its snapshot, once the recurrence is past
         sb_slot = next_slot;
-        if (threadIdx.x < kVTiles)
-          while (acquire_progress(flags + threadIdx.x) <= c) __nanosleep(256);
-        __syncthreads();
-        copy_rows(sm.sb, reinterpret_cast<const bf16*>(a.snapshots) + (slot_base + sb_slot) * kD * V, kD, kD,
-                  kD);
+        wait_for_state(c);
+        copy_rows<kOutThreads, kUnrolled>(
+            sm.sb, reinterpret_cast<const bf16*>(a.snapshots) + (slot_base + sb_slot) * kD * V, kD, kD, kD);
         cp_async_commit();
         qk_behind = 2;
         wu_behind = 1;
@@ -2179,8 +2230,8 @@ __global__ void __launch_bounds__(256) output_tc_kernel(OutputArgs a, const bf16
         for (int half = 0; half < 2; ++half) {
           const int i = wm + gq + half * 8, j = an + nt * 8 + tq * 2;
           const float gi = sm.gam[i];
-          const float x0 = j <= i ? acc[nt][2 * half] * __expf(gi - sm.gam[j]) : 0.f;
-          const float x1 = j + 1 <= i ? acc[nt][2 * half + 1] * __expf(gi - sm.gam[j + 1]) : 0.f;
+          const float x0 = acc[nt][2 * half] * exp_ftz(j <= i ? gi - sm.gam[j] : -INFINITY);
+          const float x1 = acc[nt][2 * half + 1] * exp_ftz(j + 1 <= i ? gi - sm.gam[j + 1] : -INFINITY);
           *reinterpret_cast<uint32_t*>(sm.am + i * kLdC + j) = pack_bf16(x0, x1);
         }
     }
@@ -2190,7 +2241,7 @@ __global__ void __launch_bounds__(256) output_tc_kernel(OutputArgs a, const bf16
     if constexpr (VIn) {  // O = scale (carried e^γ ⊙ (Q S) + A v)
       warp_tile_mma<4, kD, false, false>(acc, sm.q, kLd, wm, sm.sb, kLd, wn);
       for (int half = 0; half < 2; ++half) {
-        const float e = carried * __expf(sm.gam[wm + gq + half * 8]);
+        const float e = carried * exp_ftz(sm.gam[wm + gq + half * 8]);
         for (int nt = 0; nt < 8; ++nt)
           for (int j = 0; j < 2; ++j) acc[nt][2 * half + j] *= e;
       }
@@ -2203,7 +2254,7 @@ __global__ void __launch_bounds__(256) output_tc_kernel(OutputArgs a, const bf16
         warp_tile_mma<4, kC, false, false>(aw, sm.am, kLdC, wm, sm.w, kLd, wn);
         for (int half = 0; half < 2; ++half) {
           const int i = wm + gq + half * 8;
-          const float e = __expf(sm.gam[i]);
+          const float e = exp_ftz(sm.gam[i]);
           for (int nt = 0; nt < 8; ++nt) {
             uint32_t* qv = reinterpret_cast<uint32_t*>(sm.q + i * kLd + wn + nt * 8 + tq * 2);
             const float2 x = unpack_bf16(*qv);
@@ -2246,7 +2297,7 @@ __global__ void __launch_bounds__(256) output_tc_kernel(OutputArgs a, const bf16
       warp_tile_mma<4, kD, false, false>(v, sm.w, kLd, wm, sm.sb, kLd, wn);
       for (int half = 0; half < 2; ++half) {
         const int i = wm + gq + half * 8;
-        const float f = i < len ? __expf(big_gamma - sm.gam[i]) : 0.f;
+        const float f = i < len ? exp_ftz(big_gamma - sm.gam[i]) : 0.f;
         for (int nt = 0; nt < 8; ++nt) {
           const float2 uu =
               unpack_bf16(*reinterpret_cast<const uint32_t*>(sm.u + i * kLd + wn + nt * 8 + tq * 2));
@@ -2257,7 +2308,7 @@ __global__ void __launch_bounds__(256) output_tc_kernel(OutputArgs a, const bf16
       __syncthreads();  // every warp is done reading W
       store_tile_bf16(sm.w, kLd, wm, wn, v);
       __syncthreads();
-      const float decay = __expf(big_gamma);
+      const float decay = exp_ftz(big_gamma);
       for (int nh = 0; nh < 2; ++nh) {
         float st[8][4];
         for (int nt = 0; nt < 8; ++nt)
@@ -2705,7 +2756,7 @@ std::string forward(const Problem& p, const DeviceTensors& t, void* workspace, s
   std::string err;
   if (use_tc) {
     const auto prep_kernel = prep.want_statistic ? tc::prepare_tc_kernel<true> : tc::prepare_tc_kernel<false>;
-    err = launch_kernel("prepare_tc_kernel", prep_kernel, dim3(unsigned(nmax * HV)), 128,
+    err = launch_kernel("prepare_tc_kernel", prep_kernel, dim3(unsigned(nmax * HV)), tc::kPrepThreads,
                         tc::prepare_tc_smem(), stream, true, prep, u_tc, w_tc);
   } else
     err = bf16 ? launch_prepare<__nv_bfloat16>(p, prep, chunk_grid, stream)
@@ -2881,7 +2932,8 @@ std::string forward(const Problem& p, const DeviceTensors& t, void* workspace, s
                                                      : tc::output_tc_kernel<float, false, true>)
                                          : (out_bf16 ? tc::output_tc_kernel<__nv_bfloat16, false, false>
                                                      : tc::output_tc_kernel<float, false, false>);
-    err = launch_kernel("output_tc_kernel", out_kernel, grid, 256, smem, stream, true, out, u_tc, w_tc);
+    err = launch_kernel("output_tc_kernel", out_kernel, grid, tc::kOutThreads, smem, stream, true, out, u_tc,
+                        w_tc);
   } else if (bf16)
     err = out_bf16 ? launch_output<__nv_bfloat16, __nv_bfloat16>(p, out, out_grid, stream)
                    : launch_output<__nv_bfloat16, float>(p, out, out_grid, stream);

@@ -9,11 +9,12 @@ export SGDN_CUDA_LIB=$DIST/libsgdn_cuda_capi.so
 NCU=$(command -v ncu || echo /usr/local/cuda/bin/ncu)
 REP=/tmp/sgdn_profile
 # stages.py runs each configuration twice (warm-up, then timed): skip the warm-up's three kernels.
-# KERNELS="prepare_tc" (a regex alternative of the three names) profiles fewer of them.
+# KERNELS="prepare_tc" (a regex alternative of the three names) profiles fewer of them; SKIP=3 skips three
+# forwards instead of one (dense warm-up and timed, sparse-default warm-up: the sparse-default forward).
 KERNELS=${KERNELS:-prepare_tc|recurrence_tc|output_tc}
 N=$(echo "$KERNELS" | tr '|' '\n' | wc -l)
 timeout 240 "$NCU" -f -o "$REP" --set full --import-source no -k regex:"$KERNELS" \
-  --launch-skip "$N" --launch-count "$N" python3 experiments/perf/stages.py "${T:-32768}" > /tmp/ncu_run.log 2>&1
+  --launch-skip "$((N * ${SKIP:-1}))" --launch-count "$N" python3 experiments/perf/stages.py "${T:-32768}" > /tmp/ncu_run.log 2>&1
 echo "ncu rc=$?" > "$OUT/profile.txt"
 tail -5 /tmp/ncu_run.log >> "$OUT/profile.txt"
 "$NCU" -i "$REP.ncu-rep" --page details --print-units base >> "$OUT/profile.txt" 2>&1
