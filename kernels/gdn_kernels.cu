@@ -2083,6 +2083,7 @@ __global__ void __launch_bounds__(kOutThreads)
   // there, they slowed the chains beside them by more than the blocks gained (dense 32K 1.44 → 1.50 ms,
   // packed and sparse runs 1-2 % faster).
   constexpr bool kUnrolled = !VIn;
+  constexpr int kUnroll = kUnrolled ? 8 : 1;  // the same for the stores of O
   // Blocks in the group table's order (the value heads of one group side by side; a packed batch's sequences
   // round-robin, see table_kernel), so that the blocks the scheduler hands out while the recurrence runs are
   // the ones its progress reaches first.
@@ -2275,11 +2276,15 @@ __global__ void __launch_bounds__(kOutThreads)
       __syncthreads();
       store_tile_bf16(sm.q, kLd, wm, wn, acc);
       __syncthreads();
-      for (int e = threadIdx.x; e < len * (kD / 8); e += blockDim.x) {
-        const int i = e >> 4, part = e & 15;
-        *reinterpret_cast<uint4*>(op + ((t0 + i) * a.HV + hv) * V + part * 8) =
-            *reinterpret_cast<const uint4*>(sm.q + i * kLd + part * 8);
-      }
+      // 16 threads per row, rows r0, r0 + 16, ...: constant strides, unrolled as the copies are.
+      constexpr int kPieces = kD / 8, kRowStep = kOutThreads / kPieces;
+      const int r0 = threadIdx.x / kPieces, part = threadIdx.x % kPieces;
+      Out* to = op + ((t0 + r0) * a.HV + hv) * V + part * 8;
+#pragma unroll kUnroll
+      for (int pass = 0; pass < kC / kRowStep; ++pass, to += kRowStep * a.HV * V)
+        if (r0 + pass * kRowStep < len)
+          *reinterpret_cast<uint4*>(to) =
+              *reinterpret_cast<const uint4*>(sm.q + (r0 + pass * kRowStep) * kLd + part * 8);
     } else {
       for (int nt = 0; nt < 8; ++nt)
         for (int half = 0; half < 2; ++half) {
