@@ -1745,6 +1745,128 @@ struct RecSmem {
   float decay[kWindow];
 };
 
+// A recurrence block's place: one block per (sequence, value head, V tile of `Tiles`), the tile fastest; its
+// chunks, first snapshot slot and first event index. Read after wait_for_previous_grid().
+struct ChainPlace {
+  int64_t s;
+  int hv, tile;
+  int64_t n, slot_base, ev_base;
+};
+template <int Tiles>
+__device__ __forceinline__ ChainPlace chain_place(const RecurrenceArgs& a) {
+  ChainPlace p;
+  p.tile = int(blockIdx.x % Tiles);
+  p.hv = int(blockIdx.x / Tiles % unsigned(a.HV));
+  p.s = blockIdx.x / Tiles / unsigned(a.HV);
+  p.n = a.chunk_offset[p.s + 1] - a.chunk_offset[p.s];
+  p.slot_base = snapshot_slot_base(a.chunk_offset[p.s], p.s, a.HV, p.hv, p.n);
+  p.ev_base = int64_t(a.chunk_offset[p.s]) * a.HV + int64_t(p.hv) * p.n;
+  return p;
+}
+// Chunks [0, upto) have the snapshots their groups start from in memory (each block its columns; the group
+// records that name them are written with the mask): the flags of the block's 32-column parts, `Flags` of
+// them from `flags`. Called after a barrier that follows the stores.
+template <int Flags>
+struct Publisher {
+  int32_t* flags;
+  int64_t published = 0;
+  __device__ __forceinline__ void operator()(int64_t upto) {
+    if (threadIdx.x < Flags) publish_progress(flags + threadIdx.x, int32_t(upto));
+    published = upto;
+  }
+};
+
+// The event loop of the recurrence kernels, after the block has put the initial state in Sb (and a barrier).
+// The head's mask and chunk decays are staged kWindow chunks at a time in `mask` and `decay` (shared memory);
+// a skipped chunk adds its decay to the pending one, which `rescale(e^pending, flush)` applies before the
+// next event; up to NS − 1 selected events' copies are in flight (`fetch(buffer, chunk)`), each event's own
+// waited for before it starts. `event(buffer, chunk, Γ, flush, fetch_next)` computes one event and calls
+// fetch_next() where the next copy is to be issued. Snapshots: `write(slot)` copies Sb to snapshot `slot`
+// (the initial state's first); an event's snapshot is written by the next flush() (the event after it calls
+// it while its first products run; before Sb changes otherwise), and `chunks` (null but in a head's first
+// block) receives the events' chunks. At the end every chunk is published. Returns the log decay after the
+// last event; `slot` is then the number of events.
+template <int NS, class Publish, class Fetch, class Write, class Rescale, class Event>
+__device__ __forceinline__ float for_each_event(const RecurrenceArgs& a, uint8_t* mask, float* decay,
+                                                int64_t n, int64_t ev_base, Publish& publish, Fetch fetch,
+                                                Write write, int32_t* chunks, Rescale rescale, Event event,
+                                                int64_t& slot) {
+  int64_t snap_slot = -1;
+  int32_t snap_chunk = 0;
+  auto flush = [&]() {
+    if (snap_slot >= 0) {
+      write(snap_slot);
+      if (chunks && threadIdx.x == 0) chunks[snap_slot] = snap_chunk;
+    }
+    snap_slot = -1;
+  };
+  write(0);
+  if (chunks && threadIdx.x == 0) chunks[0] = -1;
+  // The next buffer after b + k (b < NS, k < NS): no division.
+  auto ring = [](int x) { return x >= NS ? x - NS : x; };
+  float pending = 0.f;
+  int buf = 0;
+  for (int64_t w0 = 0; w0 < n; w0 += kWindow) {
+    const int wn = int(min_i64(kWindow, n - w0));
+    flush();
+    __syncthreads();  // the previous window's mask / decay reads and the snapshot stores are done
+    if (w0 > publish.published) publish(w0);
+    for (int i = threadIdx.x; i < wn; i += blockDim.x) {
+      mask[i] = a.head_mask[ev_base + w0 + i];
+      decay[i] = a.chunk_decay[ev_base + w0 + i];
+    }
+    __syncthreads();
+    auto next_selected = [&](int from) {
+      while (from < wn && !mask[from]) ++from;
+      return from;
+    };
+    // Up to NS − 1 selected events in flight, in the buffers after `buf`; the first one's data is waited for
+    // here, each next one's at the end of the event before it. `inflight` counts those not yet computed.
+    int to_fetch = next_selected(0), inflight = 0;
+    for (; inflight < NS - 1 && to_fetch < wn; ++inflight) {
+      fetch(ring(buf + inflight), w0 + to_fetch);
+      to_fetch = next_selected(to_fetch + 1);
+    }
+    cp_async_wait_but(inflight - 1);
+    __syncthreads();
+    for (int i = 0; i < wn; ++i) {
+      const int64_t c = w0 + i;
+      const float big_gamma = decay[i];
+      if (!mask[i]) {
+        pending += big_gamma;
+        continue;
+      }
+      // i is the current event: its data is in `buf` and visible (waited for before the last barrier).
+      if (pending != 0.f) {  // block-uniform
+        const float carried = exp_ftz(pending);
+        pending = 0.f;
+        rescale(carried, flush);
+      }
+      --inflight;  // this one
+      // Into the buffer after those in flight (the previous event's, for NS - 1 of them).
+      auto fetch_next = [&]() {
+        if (to_fetch < wn) {
+          fetch(ring(buf + 1 + inflight), w0 + to_fetch);
+          ++inflight;
+          to_fetch = next_selected(to_fetch + 1);
+        }
+      };
+      event(buf, c, big_gamma, flush, fetch_next);
+      // The next event's data must be visible after the barrier below, so its copies are waited for first.
+      cp_async_wait_but(inflight - 1);
+      __syncthreads();
+      ++slot;
+      snap_slot = slot;
+      snap_chunk = int32_t(c);
+      buf = buf == NS - 1 ? 0 : buf + 1;
+    }
+  }
+  flush();
+  __syncthreads();
+  publish(n);
+  return pending;
+}
+
 // VOut (the dense selector, G = 1): each event's v = U − W Sb (bf16, this block's columns) also goes to
 // memory over the chunk's U, which this block alone reads and has read; the output stage takes it from there.
 // Only for a run in which every chunk is an event (v_through_memory): a skipped chunk would leave U in its
@@ -1764,20 +1886,17 @@ __global__ void __launch_bounds__(NW * 32, VT == 64 ? 2 : 0)  // 64: two blocks 
   constexpr int kUPieces = VT / 8;                                          // 16-byte pieces per row of U
   constexpr int kURows = kBlockThreads / kUPieces, kUCopies = kC / kURows;  // U rows copied at once; copies
   constexpr int kWRows = kBlockThreads / 16, kWCopies = kC / kWRows;        // the same for W and K
-  // One block per (sequence, value head, V tile), the tile fastest: the blocks that read the same W (a value
-  // head's tiles) and the same K (a head pair's) are launched together, so that they run in the same wave
-  // when a packed batch has more blocks than fit at once, and the later ones find W and K in L2.
-  const int tile = int(blockIdx.x % kTiles);
-  const int hv = int(blockIdx.x / kTiles % unsigned(a.HV));
-  const int64_t s = blockIdx.x / kTiles / unsigned(a.HV);
+  // The blocks that read the same W (a value head's tiles) and the same K (a head pair's) are launched
+  // together, so that they run in the same wave when a packed batch has more blocks than fit at once, and the
+  // later ones find W and K in L2.
+  wait_for_previous_grid();  // the selection (and the pre-pass before it) complete
+  const ChainPlace place = chain_place<kTiles>(a);
+  const int64_t s = place.s, n = place.n, slot_base = place.slot_base, ev_base = place.ev_base;
+  const int hv = place.hv, tile = place.tile;
   const int col0 = tile * VT;
   const int V = kD;
   const int h = hv / (a.HV / a.H);
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, gq = lane >> 2, tq = lane & 3;
-  wait_for_previous_grid();  // the selection (and the pre-pass before it) complete
-  const int64_t n = a.chunk_offset[s + 1] - a.chunk_offset[s];
-  const int64_t slot_base = snapshot_slot_base(a.chunk_offset[s], s, a.HV, hv, n);
-  const int64_t ev_base = int64_t(a.chunk_offset[s]) * a.HV + int64_t(hv) * n;
   extern __shared__ __align__(16) unsigned char smem_raw[];
   RecSmem<NS, VT>& sm = *reinterpret_cast<RecSmem<NS, VT>*>(smem_raw);
   const bf16* kp = static_cast<const bf16*>(a.k);
@@ -1785,15 +1904,7 @@ __global__ void __launch_bounds__(NW * 32, VT == 64 ? 2 : 0)  // 64: two blocks 
   // the output stage may launch beside it (its blocks wait on `progress`, never the other way round, so no
   // block can starve this grid; they read the pre-pass's results at once).
   let_next_grid_start();
-  int32_t* progress = a.progress + progress_flag_index(s, a.HV, hv, kVTiles, tile * kFlags);
-  int64_t published = 0;
-  // Chunks [0, upto) have the snapshots their groups start from in memory (each block its columns; the group
-  // records that name them are written with the mask): the flags of this block's 32-column parts. Called
-  // after a barrier that follows the stores.
-  auto publish = [&](int64_t upto) {
-    if (threadIdx.x < kFlags) publish_progress(progress + threadIdx.x, int32_t(upto));
-    published = upto;
-  };
+  Publisher<kFlags> publish{a.progress + progress_flag_index(s, a.HV, hv, kVTiles, tile * kFlags)};
 
   // State registers: st[mt][nt][r] at row 16 (kMT w + mt) + gq + 8(r>>1), column col0 + 8nt + 2tq + (r&1).
   float st[kMT][VT / 8][4];
@@ -1810,7 +1921,7 @@ __global__ void __launch_bounds__(NW * 32, VT == 64 ? 2 : 0)  // 64: two blocks 
   // taking the two halves of a 64-column row, pieces j and 4 + j, made each store fill half-sectors, 2 x 16K
   // dense 1.407 → 1.458 ms, sparse 1.278 → 1.354.)
   const int snap_row = threadIdx.x >> 1, snap_col = (threadIdx.x & 1) * 8;
-  auto write_snapshot = [&](int64_t slot, int32_t chunk) {
+  auto write_snapshot = [&](int64_t slot) {
 #pragma unroll
     for (int pass = 0; pass < kMT; ++pass) {  // rows snap_row + (threads / 2) pass
       const int row = snap_row + pass * (kBlockThreads / 2);
@@ -1820,19 +1931,9 @@ __global__ void __launch_bounds__(NW * 32, VT == 64 ? 2 : 0)  // 64: two blocks 
       for (int j = 0; j < VT / 16; ++j) x[j] = *reinterpret_cast<const uint4*>(src + snap_col + 16 * j);
       for (int j = 0; j < VT / 16; ++j) *reinterpret_cast<uint4*>(dst + snap_col + 16 * j) = x[j];
     }
-    if (tile == 0 && threadIdx.x == 0) a.snapshot_chunk[slot_base + slot] = chunk;
-  };
-  // An event's snapshot leaves during the next event, once that event's W Sb products are issued (their
-  // latency hides the copy), or before Sb changes otherwise.
-  int64_t snap_slot = -1;
-  int32_t snap_chunk = 0;
-  auto flush_snapshot = [&]() {
-    if (snap_slot >= 0) write_snapshot(snap_slot, snap_chunk);
-    snap_slot = -1;
   };
   for (int mt = 0; mt < kMT; ++mt) store_tile_bf16(sm.sb, kLdT, (warp * kMT + mt) * 16, 0, st[mt]);
   __syncthreads();
-  write_snapshot(0, -1);
 
   // The sequence's offsets once, in registers: fetch() must not wait on global loads before its copies.
   const int64_t seq_chunk0 = a.chunk_offset[s], seq_t0 = a.seq_start[s], seq_len = a.seq_len[s];
@@ -1868,12 +1969,8 @@ __global__ void __launch_bounds__(NW * 32, VT == 64 ? 2 : 0)  // 64: two blocks 
     if (threadIdx.x < kC / 4) cp_async16(st_.gam + threadIdx.x * 4, g_src0 + c * g_step, true);
     cp_async_commit();
   };
-  // The next buffer after b + k (b < NS, k < NS): no division.
-  auto ring = [](int x) { return x >= NS ? x - NS : x; };
 
   int64_t slot = 0;
-  float pending = 0.f;
-  int buf = 0;
   const int vrow = (warp & 3) * 16, vcol = (warp >> 2) * kVCols;  // this warp's tile of v̂
   // This thread's element offsets in the tiles, once (the tiles' k-steps add constants): its W fragment rows
   // at k-steps 0-3 (steps 4-7 are 64 elements on: the permutation keeps the low three piece bits), its Kᵀ
@@ -1888,40 +1985,10 @@ __global__ void __launch_bounds__(NW * 32, VT == 64 ? 2 : 0)  // 64: two blocks 
   for (int nt = 0; nt < 2 * kNP; ++nt) u_off[nt] = opaque(swz_u<VT>(vrow + gq, vcol + nt * 8 + tq * 2));
   const int v_row = opaque(vrow + gq), vh_off = opaque((vrow + gq) * kLdT + vcol + tq * 2);
   const int sb_off = opaque((warp * kMT * 16 + gq) * kLdT + tq * 2);
-  for (int64_t w0 = 0; w0 < n; w0 += kWindow) {
-    const int wn = int(min_i64(kWindow, n - w0));
-    flush_snapshot();
-    __syncthreads();  // the previous window's mask / decay reads and the snapshot stores are done
-    if (w0 > published) publish(w0);
-    for (int i = threadIdx.x; i < wn; i += blockDim.x) {
-      sm.mask[i] = a.head_mask[ev_base + w0 + i];
-      sm.decay[i] = a.chunk_decay[ev_base + w0 + i];
-    }
-    __syncthreads();
-    auto next_selected = [&](int from) {
-      while (from < wn && !sm.mask[from]) ++from;
-      return from;
-    };
-    // Up to NS − 1 selected events in flight, in the buffers after `buf`; the first one's data is waited for
-    // here, each next one's at the end of the event before it. `inflight` counts those not yet computed.
-    int to_fetch = next_selected(0), inflight = 0;
-    for (; inflight < NS - 1 && to_fetch < wn; ++inflight) {
-      fetch(ring(buf + inflight), w0 + to_fetch);
-      to_fetch = next_selected(to_fetch + 1);
-    }
-    cp_async_wait_but(inflight - 1);
-    __syncthreads();
-    for (int i = 0; i < wn; ++i) {
-      const int64_t c = w0 + i;
-      const float big_gamma = sm.decay[i];
-      if (!sm.mask[i]) {
-        pending += big_gamma;
-        continue;
-      }
-      // i is the current event: its data is in `buf` and visible (waited for before the last barrier).
-      if (pending != 0.f) {  // block-uniform: rescale the state and Sb by the skipped chunks' decay
-        const float carried = exp_ftz(pending);
-        pending = 0.f;
+  const float pending = for_each_event<NS>(
+      a, sm.mask, sm.decay, n, ev_base, publish, fetch, write_snapshot,
+      tile == 0 ? a.snapshot_chunk + slot_base : nullptr,
+      [&](float carried, auto flush_snapshot) {  // the skipped chunks' decay into the state and Sb
         for (int mt = 0; mt < kMT; ++mt)
           for (int nt = 0; nt < VT / 8; ++nt)
             for (int r = 0; r < 4; ++r) st[mt][nt][r] *= carried;
@@ -1929,109 +1996,95 @@ __global__ void __launch_bounds__(NW * 32, VT == 64 ? 2 : 0)  // 64: two blocks 
         __syncthreads();  // every read of the old Sb (snapshot copy) is done
         for (int mt = 0; mt < kMT; ++mt) store_tile_bf16_at(sm.sb + sb_off + mt * 16 * kLdT, kLdT, st[mt]);
         __syncthreads();
-      }
-      RecStage<VT>& cs = sm.stage[buf];
-      --inflight;  // this one
-      {  // v̂ = U − W Sb: this warp's 16 x kVCols tile, k = 128, in kSets accumulator sets (mma chains)
-        float acc[kSets][2 * kNP][4] = {};
+      },
+      [&](int buf, int64_t c, float big_gamma, auto flush_snapshot, auto fetch_next) {
+        RecStage<VT>& cs = sm.stage[buf];
+        {  // v̂ = U − W Sb: this warp's 16 x kVCols tile, k = 128, in kSets accumulator sets (mma chains)
+          float acc[kSets][2 * kNP][4] = {};
 #pragma unroll
-        for (int kk = 0; kk < kD / 16; ++kk) {
-          uint32_t af[4];
-          ldsm_x4(af, cs.w + w_off[kk & 3] + (kk >> 2) * 64);
+          for (int kk = 0; kk < kD / 16; ++kk) {
+            uint32_t af[4];
+            ldsm_x4(af, cs.w + w_off[kk & 3] + (kk >> 2) * 64);
 #pragma unroll
-          for (int np = 0; np < kNP; ++np) {
-            uint32_t bf[4];
-            ldsm_x4_t(bf, sm.sb + b_off + kk * 16 * kLdT + vcol + np * 16);
-            mma(acc[kk % kSets][2 * np], af, bf[0], bf[1]);
-            mma(acc[kk % kSets][2 * np + 1], af, bf[2], bf[3]);
-          }
-        }
-        // While the products run: the previous event's snapshot, the copies of the next event not yet in
-        // flight.
-        flush_snapshot();
-        // Into the buffer after those in flight (the previous event's, for NS - 1 of them).
-        if (to_fetch < wn) {
-          fetch(ring(buf + 1 + inflight), w0 + to_fetch);
-          ++inflight;
-          to_fetch = next_selected(to_fetch + 1);
-        }
-#pragma unroll
-        for (int half = 0; half < 2; ++half) {
-          const float f = exp_ftz(big_gamma - cs.gam[v_row + half * 8]);
-#pragma unroll
-          for (int nt = 0; nt < 2 * kNP; ++nt) {
-            uint32_t* u_pair = reinterpret_cast<uint32_t*>(cs.u + u_off[nt] + half * 8 * VT);
-            const float2 uu = unpack_bf16(*u_pair);
-            float x[2];
-            for (int e = 0; e < 2; ++e) {
-              const int r = 2 * half + e;
-              float ws = acc[0][nt][r];
-              if constexpr (kSets >= 2) ws += acc[1][nt][r];
-              if constexpr (kSets == 4) ws += acc[2][nt][r] + acc[3][nt][r];
-              x[e] = (e ? uu.y : uu.x) - ws;
+            for (int np = 0; np < kNP; ++np) {
+              uint32_t bf[4];
+              ldsm_x4_t(bf, sm.sb + b_off + kk * 16 * kLdT + vcol + np * 16);
+              mma(acc[kk % kSets][2 * np], af, bf[0], bf[1]);
+              mma(acc[kk % kSets][2 * np + 1], af, bf[2], bf[3]);
             }
-            if constexpr (VOut) *u_pair = pack_bf16(x[0], x[1]);  // v over U: this thread read the pair
-            *reinterpret_cast<uint32_t*>(sm.vh + vh_off + half * 8 * kLdT + nt * 8) =
-                pack_bf16(x[0] * f, x[1] * f);
+          }
+          // While the products run: the previous event's snapshot, the copies of the next event not yet in
+          // flight.
+          flush_snapshot();
+          fetch_next();
+#pragma unroll
+          for (int half = 0; half < 2; ++half) {
+            const float f = exp_ftz(big_gamma - cs.gam[v_row + half * 8]);
+#pragma unroll
+            for (int nt = 0; nt < 2 * kNP; ++nt) {
+              uint32_t* u_pair = reinterpret_cast<uint32_t*>(cs.u + u_off[nt] + half * 8 * VT);
+              const float2 uu = unpack_bf16(*u_pair);
+              float x[2];
+              for (int e = 0; e < 2; ++e) {
+                const int r = 2 * half + e;
+                float ws = acc[0][nt][r];
+                if constexpr (kSets >= 2) ws += acc[1][nt][r];
+                if constexpr (kSets == 4) ws += acc[2][nt][r] + acc[3][nt][r];
+                x[e] = (e ? uu.y : uu.x) - ws;
+              }
+              if constexpr (VOut) *u_pair = pack_bf16(x[0], x[1]);  // v over U: this thread read the pair
+              *reinterpret_cast<uint32_t*>(sm.vh + vh_off + half * 8 * kLdT + nt * 8) =
+                  pack_bf16(x[0] * f, x[1] * f);
+            }
           }
         }
-      }
-      __syncthreads();
-      // The previous event's snapshot left above, and the groups up to this chunk start from it at the latest
-      // (VOut: this chunk's v leaves below, so up to the one before; then every 15 chunks instead of 16).
-      if (c + 1 - published >= kPublishEvery) publish(VOut ? c : c + 1);
-      if constexpr (VOut)
+        __syncthreads();
+        // The previous event's snapshot left above, and the groups up to this chunk start from it at the
+        // latest (VOut: this chunk's v leaves below, so up to the one before; then every 15 chunks instead of
+        // 16).
+        if (c + 1 - publish.published >= kPublishEvery) publish(VOut ? c : c + 1);
+        if constexpr (VOut)
 #pragma unroll
-        for (int j = 0; j < kUCopies; ++j)
-          *reinterpret_cast<uint4*>(u_src0 + c * uw_step + j * kURows * kD) =
-              *reinterpret_cast<const uint4*>(cs.u + u_dst + j * kURows * VT);
-      {  // S = e^Γ S + Kᵀ Vh: this warp's kMT x 16 rows, VT columns, k = 64; with one m-tile the second half
-         // of k goes into a second set (two mma chains per tile)
-        const float decay = exp_ftz(big_gamma);
-        float st2[kMT == 1 ? VT / 8 : 1][4] = {};
-        for (int mt = 0; mt < kMT; ++mt)
-          for (int nt = 0; nt < VT / 8; ++nt)
-            for (int r = 0; r < 4; ++r) st[mt][nt][r] *= decay;
+          for (int j = 0; j < kUCopies; ++j)
+            *reinterpret_cast<uint4*>(u_src0 + c * uw_step + j * kURows * kD) =
+                *reinterpret_cast<const uint4*>(cs.u + u_dst + j * kURows * VT);
+        {  // S = e^Γ S + Kᵀ Vh: this warp's kMT x 16 rows, VT columns, k = 64; with one m-tile the second
+           // half of k goes into a second set (two mma chains per tile)
+          const float decay = exp_ftz(big_gamma);
+          [[maybe_unused]] float st2[kMT == 1 ? VT / 8 : 1][4] = {};
+          for (int mt = 0; mt < kMT; ++mt)
+            for (int nt = 0; nt < VT / 8; ++nt)
+              for (int r = 0; r < 4; ++r) st[mt][nt][r] *= decay;
 #pragma unroll
-        for (int k0 = 0; k0 < kC; k0 += 16) {
-          uint32_t af[kMT][4];
+          for (int k0 = 0; k0 < kC; k0 += 16) {
+            uint32_t af[kMT][4];
 #pragma unroll
-          for (int mt = 0; mt < kMT; ++mt) ldsm_x4_t(af[mt], cs.k + k_off[mt] + k0 * kD);
+            for (int mt = 0; mt < kMT; ++mt) ldsm_x4_t(af[mt], cs.k + k_off[mt] + k0 * kD);
 #pragma unroll
-          for (int j = 0; j < VT / 16; ++j) {
-            uint32_t bf[4];
-            ldsm_x4_t(bf, sm.vh + b_off + k0 * kLdT + 16 * j);
+            for (int j = 0; j < VT / 16; ++j) {
+              uint32_t bf[4];
+              ldsm_x4_t(bf, sm.vh + b_off + k0 * kLdT + 16 * j);
 #pragma unroll
-            for (int mt = 0; mt < kMT; ++mt) {
-              if constexpr (kMT == 1) {
-                float(&d)[VT / 8][4] = k0 < kC / 2 ? st[0] : st2;
-                mma(d[2 * j], af[0], bf[0], bf[1]);
-                mma(d[2 * j + 1], af[0], bf[2], bf[3]);
-              } else {
-                mma(st[mt][2 * j], af[mt], bf[0], bf[1]);
-                mma(st[mt][2 * j + 1], af[mt], bf[2], bf[3]);
+              for (int mt = 0; mt < kMT; ++mt) {
+                if constexpr (kMT == 1) {
+                  float(&d)[VT / 8][4] = k0 < kC / 2 ? st[0] : st2;
+                  mma(d[2 * j], af[0], bf[0], bf[1]);
+                  mma(d[2 * j + 1], af[0], bf[2], bf[3]);
+                } else {
+                  mma(st[mt][2 * j], af[mt], bf[0], bf[1]);
+                  mma(st[mt][2 * j + 1], af[mt], bf[2], bf[3]);
+                }
               }
             }
           }
+          if constexpr (kMT == 1)
+            for (int nt = 0; nt < VT / 8; ++nt)
+              for (int r = 0; r < 4; ++r) st[0][nt][r] += st2[nt][r];
         }
-        if constexpr (kMT == 1)
-          for (int nt = 0; nt < VT / 8; ++nt)
-            for (int r = 0; r < 4; ++r) st[0][nt][r] += st2[nt][r];
-      }
-      // Sb = bf16(S): every read of the old Sb (W Sb above) is behind the barrier. The next event's data must
-      // be visible after the barrier below, so its copies are waited for first.
-      for (int mt = 0; mt < kMT; ++mt) store_tile_bf16_at(sm.sb + sb_off + mt * 16 * kLdT, kLdT, st[mt]);
-      cp_async_wait_but(inflight - 1);
-      __syncthreads();
-      ++slot;
-      snap_slot = slot;
-      snap_chunk = int32_t(c);
-      buf = buf == NS - 1 ? 0 : buf + 1;
-    }
-  }
-  flush_snapshot();
-  __syncthreads();
-  publish(n);
+        // Sb = bf16(S): every read of the old Sb (W Sb above) is behind the barrier.
+        for (int mt = 0; mt < kMT; ++mt) store_tile_bf16_at(sm.sb + sb_off + mt * 16 * kLdT, kLdT, st[mt]);
+      },
+      slot);
   if (a.final_state) {
     const float carried = exp_ftz(pending);
     for (int mt = 0; mt < kMT; ++mt)
@@ -2040,6 +2093,180 @@ __global__ void __launch_bounds__(NW * 32, VT == 64 ? 2 : 0)  // 64: two blocks 
           const int d = (warp * kMT + mt) * 16 + gq + half * 8, col = col0 + nt * 8 + tq * 2;
           *reinterpret_cast<float2*>(a.final_state + ((s * a.HV + hv) * kD + d) * V + col) =
               make_float2(st[mt][nt][2 * half] * carried, st[mt][nt][2 * half + 1] * carried);
+        }
+  }
+  if (tile == 0 && threadIdx.x == 0) a.snapshot_count[s * a.HV + hv] = int32_t(slot + 1);
+}
+
+// ---- the recurrence on one warpgroup with wgmma: 64 V columns per block, 4 warps. Per event both products
+// are warpgroup products with A from registers (this warp's ldmatrix fragments: W's rows 16w.., Kᵀ's rows
+// 16w.. of each 64-row half) and B read once per warpgroup from shared memory (Sb, Vh: sw128, mn-major),
+// where the 8-warp mma.sync block reads B once per warp. The state is the second product's accumulator: rows
+// 64 mt + 16 w + gq (+ 8), columns 8 j + 2 tq (+ 1), st[mt][4 j + (r & 1) + 2 (r >> 1)].
+constexpr int kWgThreads = 128, kWgCols = 64, kLdWgU = kWgCols + 8;
+struct alignas(1024) WgStage {
+  bf16 w[kC * kD];  // sw128 (two 64-column halves)
+  bf16 k[kC * kD];  // sw128
+  bf16 u[kC * kLdWgU];
+  float gam[kC];
+};
+template <int NS>
+struct WgSmem {
+  WgStage stage[NS];
+  bf16 sb[kD * kWgCols];  // bf16(S), sw128: 128 rows of one 64-column half (k of W Sb along the rows)
+  bf16 vh[kC * kWgCols];  // e^{Γ−γ} ⊙ v̂, sw128
+  uint8_t mask[kWindow];
+  float decay[kWindow];
+};
+template <int NS>
+constexpr size_t wg_smem_bytes() {
+  return sizeof(WgSmem<NS>) + 1024;  // and the alignment of the block's region to 1024 bytes
+}
+template <int NS, bool VOut>
+__global__ void __launch_bounds__(kWgThreads)
+    recurrence_wg_kernel(RecurrenceArgs a, bf16* u_all, const bf16* w_all) {
+  constexpr int kTiles = kD / kWgCols, kFlags = kWgCols / kTcTile;
+  wait_for_previous_grid();
+  const ChainPlace place = chain_place<kTiles>(a);
+  const int64_t s = place.s, n = place.n, slot_base = place.slot_base, ev_base = place.ev_base;
+  const int hv = place.hv, tile = place.tile;
+  const int col0 = tile * kWgCols;
+  const int h = hv / (a.HV / a.H);
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, gq = lane >> 2, tq = lane & 3;
+  extern __shared__ __align__(16) unsigned char smem_raw[];
+  WgSmem<NS>& sm = *reinterpret_cast<WgSmem<NS>*>(smem_raw + ((1024 - (smem_addr(smem_raw) & 1023)) & 1023));
+  const bf16* kp = static_cast<const bf16*>(a.k);
+  let_next_grid_start();
+  Publisher<kFlags> publish{a.progress + progress_flag_index(s, a.HV, hv, kVTiles, tile * kFlags)};
+  const int row0 = warp * 16 + gq;  // this thread's rows: row0 (+ 8) of each 64-row half
+  float st[2][32];
+  for (int mt = 0; mt < 2; ++mt)
+    for (int i = 0; i < 32; ++i) {
+      const int d = mt * 64 + row0 + ((i >> 1) & 1) * 8, col = col0 + (i >> 2) * 8 + tq * 2 + (i & 1);
+      st[mt][i] = a.initial_state ? a.initial_state[((s * a.HV + hv) * kD + d) * kD + col] : 0.f;
+    }
+  auto store_sb = [&]() {
+    for (int mt = 0; mt < 2; ++mt) store_acc_sw128(sm.sb + mt * kC * kWgCols, st[mt], 0);
+  };
+  // Snapshot `slot` from Sb: 128 rows x 8 16-byte pieces, eight per thread, eight threads a row.
+  auto write_snapshot = [&](int64_t slot) {
+    bf16* dst = reinterpret_cast<bf16*>(a.snapshots) + (slot_base + slot) * kD * kD + col0;
+#pragma unroll
+    for (int i = 0; i < kD * 8 / kWgThreads; ++i) {
+      const int e = i * kWgThreads + int(threadIdx.x), row = e >> 3, col = (e & 7) * 8;
+      *reinterpret_cast<uint4*>(dst + row * kD + col) =
+          *reinterpret_cast<const uint4*>(sm.sb + sw128(row, col));
+    }
+  };
+  store_sb();
+  __syncthreads();
+
+  const int64_t seq_chunk0 = a.chunk_offset[s], seq_t0 = a.seq_start[s], seq_len = a.seq_len[s];
+  const int64_t uw_step = int64_t(a.HV) * (kC * kD);
+  const bf16* w_src0 = w_all + (seq_chunk0 * a.HV + hv) * (kC * kD);
+  bf16* const u_src0 = u_all + (seq_chunk0 * a.HV + hv) * (kC * kD) + col0;
+  const bf16* k_src0 = kp + (seq_t0 * a.H + h) * kD;
+  const int64_t k_row = int64_t(a.H) * kD;
+  const int ur = threadIdx.x >> 3, up = (threadIdx.x & 7) * 8;  // U: rows ur + 16 j, piece up
+  auto fetch = [&](int buf, int64_t c) {
+    const int len = int(min_i64(kC, seq_len - c * kC));
+    WgStage& d = sm.stage[buf];
+    copy_rows_at<kWgThreads, true>(d.w, sw128, w_src0 + c * uw_step, kD, kC);
+    copy_rows_at<kWgThreads, true>(d.k, sw128, k_src0 + c * kC * k_row, k_row, len);
+#pragma unroll
+    for (int j = 0; j < kC / 16; ++j)
+      cp_async16(d.u + (ur + 16 * j) * kLdWgU + up, u_src0 + c * uw_step + (ur + 16 * j) * kD + up, true);
+    if (threadIdx.x < kC / 4)
+      cp_async16(d.gam + threadIdx.x * 4,
+                 a.gamma + (seq_chunk0 * a.HV + hv) * kC + c * a.HV * kC + threadIdx.x * 4, true);
+    cp_async_commit();
+  };
+  const uint64_t sb_desc = sw128_desc(sm.sb), vh_desc = sw128_desc(sm.vh);
+
+  int64_t slot = 0;
+  const float pending = for_each_event<NS>(
+      a, sm.mask, sm.decay, n, ev_base, publish, fetch, write_snapshot,
+      tile == 0 ? a.snapshot_chunk + slot_base : nullptr,
+      [&](float carried, auto flush_snapshot) {  // the skipped chunks' decay into the state and Sb
+        for (int mt = 0; mt < 2; ++mt)
+          for (int e = 0; e < 32; ++e) st[mt][e] *= carried;
+        flush_snapshot();
+        __syncthreads();
+        store_sb();
+        fence_proxy_async();
+        __syncthreads();
+      },
+      [&](int buf, int64_t c, float big_gamma, auto flush_snapshot, auto fetch_next) {
+        WgStage& cs = sm.stage[buf];
+        float acc[32];
+        {  // v̂ = U − W Sb: rows 16w.. of W from registers, Sb from shared memory, k = 128
+          uint32_t af[kD / 16][4];
+#pragma unroll
+          for (int kk = 0; kk < kD / 16; ++kk) load_a_at(af[kk], cs.w, sw128, warp * 16, kk * 16);
+          wgmma_fence();
+#pragma unroll
+          for (int kk = 0; kk < kD / 16; ++kk)
+            wgmma_m64n64k16_rs_t(acc, af[kk], sb_desc + kk * kSwMnMajorStep, kk);
+          wgmma_commit();
+        }
+        // While the product runs: the previous event's snapshot, the next copies.
+        flush_snapshot();
+        fetch_next();
+        wgmma_wait_all(acc);
+#pragma unroll
+        for (int half = 0; half < 2; ++half) {
+          const int r = row0 + half * 8;
+          const float f = exp_ftz(big_gamma - cs.gam[r]);
+#pragma unroll
+          for (int j = 0; j < 8; ++j) {
+            const int col = j * 8 + tq * 2;
+            uint32_t* u_pair = reinterpret_cast<uint32_t*>(cs.u + r * kLdWgU + col);
+            const float2 uu = unpack_bf16(*u_pair);
+            const float x0 = uu.x - acc[4 * j + 2 * half], x1 = uu.y - acc[4 * j + 2 * half + 1];
+            if constexpr (VOut) *u_pair = pack_bf16(x0, x1);
+            *reinterpret_cast<uint32_t*>(sm.vh + sw128(r, col)) = pack_bf16(x0 * f, x1 * f);
+          }
+        }
+        fence_proxy_async();
+        __syncthreads();
+        if (c + 1 - publish.published >= kPublishEvery) publish(VOut ? c : c + 1);
+        if constexpr (VOut)
+#pragma unroll
+          for (int j = 0; j < kC / 16; ++j)
+            *reinterpret_cast<uint4*>(u_src0 + c * uw_step + (ur + 16 * j) * kD + up) =
+                *reinterpret_cast<const uint4*>(cs.u + (ur + 16 * j) * kLdWgU + up);
+        {  // S = e^Γ S + Kᵀ Vh: both 64-row halves, k = 64
+          const float decay = exp_ftz(big_gamma);
+          uint32_t af[2][kC / 16][4];
+#pragma unroll
+          for (int mt = 0; mt < 2; ++mt)
+#pragma unroll
+            for (int k0 = 0; k0 < kC / 16; ++k0)
+              load_a_t_at(af[mt][k0], cs.k, sw128, mt * 64 + warp * 16, k0 * 16);
+          for (int mt = 0; mt < 2; ++mt)
+            for (int e = 0; e < 32; ++e) st[mt][e] *= decay;
+          wgmma_fence();
+#pragma unroll
+          for (int mt = 0; mt < 2; ++mt)
+#pragma unroll
+            for (int k0 = 0; k0 < kC / 16; ++k0)
+              wgmma_m64n64k16_rs_t(st[mt], af[mt][k0], vh_desc + k0 * kSwMnMajorStep, 1);
+          wgmma_commit();
+          wgmma_wait_all(st[0]);
+          wgmma_wait_all(st[1]);
+        }
+        store_sb();
+        fence_proxy_async();
+      },
+      slot);
+  if (a.final_state) {
+    const float carried = exp_ftz(pending);
+    for (int mt = 0; mt < 2; ++mt)
+      for (int j = 0; j < 8; ++j)
+        for (int half = 0; half < 2; ++half) {
+          const int d = mt * 64 + row0 + half * 8, col = col0 + j * 8 + tq * 2;
+          *reinterpret_cast<float2*>(a.final_state + ((s * a.HV + hv) * kD + d) * kD + col) =
+              make_float2(st[mt][4 * j + 2 * half] * carried, st[mt][4 * j + 2 * half + 1] * carried);
         }
   }
   if (tile == 0 && threadIdx.x == 0) a.snapshot_count[s * a.HV + hv] = int32_t(slot + 1);
@@ -2359,7 +2586,14 @@ RecurrenceVariant recurrence_variant(int stages, bool v_out) {
              ? (v_out ? recurrence_variant<2, true, VT, NW>() : recurrence_variant<2, false, VT, NW>())
              : (v_out ? recurrence_variant<3, true, VT, NW>() : recurrence_variant<3, false, VT, NW>());
 }
-RecurrenceVariant recurrence_tc_variant(int stages, bool v_out, int columns, int warps) {
+template <int NS, bool VOut>
+RecurrenceVariant recurrence_wg_variant() {
+  return {recurrence_wg_kernel<NS, VOut>, wg_smem_bytes<NS>(), kWgThreads};
+}
+RecurrenceVariant recurrence_tc_variant(int stages, bool v_out, int columns, int warps, bool wg) {
+  if (wg)
+    return stages == 2 ? (v_out ? recurrence_wg_variant<2, true>() : recurrence_wg_variant<2, false>())
+                       : (v_out ? recurrence_wg_variant<3, true>() : recurrence_wg_variant<3, false>());
   if (columns == 64)
     return warps == 4 ? recurrence_variant<64, 4>(stages, v_out) : recurrence_variant<64, 8>(stages, v_out);
   return warps == 4 ? recurrence_variant<32, 4>(stages, v_out) : recurrence_variant<32, 8>(stages, v_out);
@@ -2408,7 +2642,7 @@ size_t output_smem(const Problem& p) {
 
 // The measuring aids below are environment variables holding one digit (SGDN_CUDA_STAGE_TIMING=1,
 // SGDN_CUDA_SERIAL_OUTPUTS=1, SGDN_CUDA_REC_STAGES=2|3, SGDN_CUDA_REC_WIDE=0|1, SGDN_CUDA_V_THROUGH=0|1,
-// SGDN_CUDA_REC_WARPS=4|8, SGDN_CUDA_OUT_RUN=1|2|4);
+// SGDN_CUDA_REC_WARPS=4|8, SGDN_CUDA_OUT_RUN=1|2|4, SGDN_CUDA_REC_WG=0|1);
 // anything else, or unset, reads as -1 (off).
 int measuring_switch(const char* name) {
   const char* env = std::getenv(name);
@@ -2425,10 +2659,21 @@ std::string multiprocessors(int* count) {
   return {};
 }
 
+// Whether the 64-column recurrence blocks run on one warpgroup with wgmma (recurrence_wg_kernel) rather than
+// on 4 warps of mma.sync: yes (packed batches: 4 x 8K dense 1.247 → 1.203 ms, 2 x 16K dense 1.237 → 1.183,
+// sparse 0.999 → 0.981 and 1.034 → 1.018, 2026-11-30 19:20Z). A lone chain of 64 columns takes 2.0 µs per
+// event on it against 1.43 µs for the 32-column 8-warp block (sparse 32K alone 1.039 against 0.736 ms), so B
+// = 1 keeps 32 columns. SGDN_CUDA_REC_WG=0 keeps mma.sync for 64 columns, =1 takes 64 columns with wgmma
+// also where 32 would be chosen (measuring aids).
+bool recurrence_wgmma(int columns) {
+  const int forced = measuring_switch("SGDN_CUDA_REC_WG");
+  return forced == 1 || (forced != 0 && columns == 64);
+}
 // V columns per tensor-core recurrence block: 32 while the 32-column blocks fit one per multiprocessor (B =
 // 1: each chain's event is shortest), else 64 (packed batches: half the blocks, and half the copies of W and
 // K through L2 per column). SGDN_CUDA_REC_WIDE=0 or 1 forces 32 or 64 (a measuring aid).
 int recurrence_columns(const Problem& p, int multiprocessors) {
+  if (measuring_switch("SGDN_CUDA_REC_WG") == 1) return 64;
   const int forced = measuring_switch("SGDN_CUDA_REC_WIDE");
   if (forced == 0 || forced == 1) return forced ? 64 : 32;
   return tc::recurrence_tc_blocks(p) > multiprocessors ? 64 : 32;
@@ -2885,8 +3130,8 @@ std::string forward(const Problem& p, const DeviceTensors& t, void* workspace, s
   if (use_tc) {
     const dim3 grid{unsigned(tc::recurrence_tc_blocks(p, rec_columns))};
     const int stages = recurrence_stages(p, sms, rec_columns);
-    const auto [rec_kernel, rec_smem, rec_threads] =
-        tc::recurrence_tc_variant(stages, v_in_u, rec_columns, recurrence_warps(p, rec_columns));
+    const auto [rec_kernel, rec_smem, rec_threads] = tc::recurrence_tc_variant(
+        stages, v_in_u, rec_columns, recurrence_warps(p, rec_columns), recurrence_wgmma(rec_columns));
     // A multiprocessor that runs a 2-stage recurrence block keeps all of its shared memory (228 KB)
     // configured, so that an output block fits beside it; left alone, the driver configures the least that
     // holds two recurrence blocks (196 KB), and the output block (112 KB) would wait for the recurrence to

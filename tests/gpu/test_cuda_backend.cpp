@@ -776,10 +776,14 @@ TEST_CASE("CUDA tensor-core outputs beside the recurrence equal the serial launc
   options.input_precision = CudaPrecision::bfloat16;
   options.output_precision = CudaPrecision::bfloat16;
   options.tensor_cores = true;
-  for (const char* wide : {"0", "1"})
+  // 32-column blocks (mma.sync), 64-column blocks on one warpgroup (wgmma), 64-column blocks of 4 warps
+  // (mma.sync, SGDN_CUDA_REC_WG=0)
+  const std::pair<const char*, const char*> kernels[] = {{"0", ""}, {"1", ""}, {"1", "0"}};
+  for (const auto& [wide, wgmma] : kernels)
     for (const std::string sel : {"head_budget", "dense"})
       for (int64_t group : {1, 3}) {
         const ScopedEnv columns("SGDN_CUDA_REC_WIDE", wide);
+        const ScopedEnv warpgroup("SGDN_CUDA_REC_WG", wgmma);
         const Strategies s =
             sel == "dense"
                 ? make_strategies("exact", {}, "survival", "dense", {}, 64, group, Granularity::pair)
@@ -792,8 +796,9 @@ TEST_CASE("CUDA tensor-core outputs beside the recurrence equal the serial launc
         }
         int64_t kept = 0;
         for (uint8_t m : serial.event_mask.values()) kept += m;
-        INFO(sel << " G " << group << ", " << (*wide == '1' ? 64 : 32) << "-column recurrence blocks, "
-                 << kept << " of " << serial.event_mask.size() << " events kept");
+        INFO(sel << " G " << group << ", " << (*wide == '1' ? 64 : 32) << "-column recurrence blocks"
+                 << (*wgmma ? " (mma.sync)" : "") << ", " << kept << " of " << serial.event_mask.size()
+                 << " events kept");
         CHECK((kept < serial.event_mask.size()) == (sel != "dense"));
         for (int repeat = 0; repeat < 6; ++repeat) {
           const bool other_stages = repeat == 3;
