@@ -1709,9 +1709,10 @@ __global__ void __launch_bounds__(kPrepThreads, 4)
 // stages). NS = 3 (125 KB of shared memory) keeps a lone busy chain fed; NS = 2 (89 KB) leaves room on the
 // multiprocessor for an output block (or a second recurrence block) beside it, which pays where every chain
 // is busy (the dense selector). VT = 64 (half the blocks, each copying W and K once for twice the columns)
-// is for runs with more 32-column blocks than multiprocessors (packed batches), whose 32-column recurrence
+// was for runs with more 32-column blocks than multiprocessors (packed batches), whose 32-column recurrence
 // the copies' traffic through L2 bounded; 2 stages of it (109 KB) still let two blocks share a
-// multiprocessor.
+// multiprocessor. Since v33 those runs take recurrence_wg_kernel, and this kernel's 64-column blocks run only
+// with SGDN_CUDA_REC_WG=0 (a measuring aid).
 // The copied tiles have no padding: the 16-byte pieces of a row are permuted (XOR with bits of the row) so
 // that the 8 rows an ldmatrix reads, the rows the epilogue reads, and the 8 pieces a quarter-warp copies each
 // fall in distinct banks of one 128-byte line (with padded rows a copy spanned two lines; cp.async stores
@@ -1880,7 +1881,9 @@ __global__ void __launch_bounds__(NW * 32, VT == 64 ? 2 : 0)  // 64: two blocks 
   constexpr int kFlags = VT / kTcTile;           // progress flags this block publishes
   constexpr int kVCols = NW == 8 ? VT / 2 : VT;  // v̂: columns per warp
   constexpr int kNP = kVCols / 16;               // v̂: n16 tiles per warp
-  constexpr int kSets = 4 / kNP;                 // v̂: accumulator sets (independent mma chains) per n8 tile
+  // v̂: accumulator sets (independent mma chains) per n8 tile: two for the 8-warp 32-column block (four
+  // measured 2.2-2.7 % slower in sparse forwards: 16 more FADD per warp and event to sum them), else 4 / kNP.
+  constexpr int kSets = kNP == 1 ? 2 : 4 / kNP;
   static_assert(kSets == 1 || kSets == 2 || kSets == 4, "one, two or four accumulator sets");
   constexpr int kMT = 8 / NW;                                               // state: m16 tiles per warp
   constexpr int kUPieces = VT / 8;                                          // 16-byte pieces per row of U
@@ -2101,7 +2104,7 @@ __global__ void __launch_bounds__(NW * 32, VT == 64 ? 2 : 0)  // 64: two blocks 
 // ---- the recurrence on one warpgroup with wgmma: 64 V columns per block, 4 warps. Per event both products
 // are warpgroup products with A from registers (this warp's ldmatrix fragments: W's rows 16w.., Kᵀ's rows
 // 16w.. of each 64-row half) and B read once per warpgroup from shared memory (Sb, Vh: sw128, mn-major),
-// where the 8-warp mma.sync block reads B once per warp. The state is the second product's accumulator: rows
+// where the 4-warp mma.sync block reads B once per warp. The state is the second product's accumulator: rows
 // 64 mt + 16 w + gq (+ 8), columns 8 j + 2 tq (+ 1), st[mt][4 j + (r & 1) + 2 (r >> 1)].
 constexpr int kWgThreads = 128, kWgCols = 64, kLdWgU = kWgCols + 8;
 struct alignas(1024) WgStage {
@@ -2159,6 +2162,7 @@ __global__ void __launch_bounds__(kWgThreads)
     }
   };
   store_sb();
+  fence_proxy_async();  // Sb, written by ordinary stores, is read by the first event's wgmma
   __syncthreads();
 
   const int64_t seq_chunk0 = a.chunk_offset[s], seq_t0 = a.seq_start[s], seq_len = a.seq_len[s];
@@ -2671,7 +2675,8 @@ bool recurrence_wgmma(int columns) {
 }
 // V columns per tensor-core recurrence block: 32 while the 32-column blocks fit one per multiprocessor (B =
 // 1: each chain's event is shortest), else 64 (packed batches: half the blocks, and half the copies of W and
-// K through L2 per column). SGDN_CUDA_REC_WIDE=0 or 1 forces 32 or 64 (a measuring aid).
+// K through L2 per column). SGDN_CUDA_REC_WIDE=0 or 1 forces 32 or 64, SGDN_CUDA_REC_WG=1 forces 64
+// (measuring aids; the latter wins).
 int recurrence_columns(const Problem& p, int multiprocessors) {
   if (measuring_switch("SGDN_CUDA_REC_WG") == 1) return 64;
   const int forced = measuring_switch("SGDN_CUDA_REC_WIDE");
@@ -3139,8 +3144,8 @@ std::string forward(const Problem& p, const DeviceTensors& t, void* workspace, s
     if (stages == 2)
       SGDN_TRY_CUDA(cudaFuncSetAttribute(rec_kernel, cudaFuncAttributePreferredSharedMemoryCarveout,
                                          int(cudaSharedmemCarveoutMaxShared)));
-    err = launch_kernel("recurrence_tc_kernel", rec_kernel, grid, rec_threads, rec_smem, stream, true, rec,
-                        u_tc, w_tc);
+    err = launch_kernel(rec_threads == tc::kWgThreads ? "recurrence_wg_kernel" : "recurrence_tc_kernel",
+                        rec_kernel, grid, rec_threads, rec_smem, stream, true, rec, u_tc, w_tc);
   } else {
     const dim3 rec_grid{unsigned(S), unsigned(HV), unsigned(vtiles)};
     err = bf16 ? launch_recurrence<__nv_bfloat16>(p, rec, rec_grid, stream)

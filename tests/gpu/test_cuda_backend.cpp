@@ -619,10 +619,12 @@ TEST_CASE("CUDA tensor-core path matches float64 within the bf16 bound", "[gpu][
   for (const Case& cs : cases) {
     const Inputs<float> in = random_inputs(cs.shape, cs.initial_state, 5000 + uint64_t(index));
     const TokenRecurrenceResult ref = token_recurrence(in.cast<double>());
-    // The dense selector's recurrence blocks have 4 warps; 8 (which a sparse selector's 32-column blocks
-    // keep) are forced once too, at 32 columns (the small cases) and 64 (the 32-head ones).
+    // The dense selector's recurrence blocks have 4 warps at 32 columns (the small cases) and are warpgroup
+    // (wgmma) blocks at 64 (the 32-head ones); mma.sync blocks of 8 warps (which a sparse selector's
+    // 32-column blocks keep) are forced once too, at both widths.
     for (const char* warps : {"", "8"}) {
       const ScopedEnv rec_warps("SGDN_CUDA_REC_WARPS", warps);
+      const ScopedEnv mma_sync("SGDN_CUDA_REC_WG", *warps ? "0" : "");
       Strategies s = make_strategies("exact", {}, "survival", "dense", {}, 64, cs.group, Granularity::pair);
       for (bool out16 : {false, true}) {
         CudaRunOptions options;
