@@ -22,6 +22,8 @@
 // Two paths: fp32 arithmetic on fp32 or bf16 inputs (any supported shape), and, where Problem::
 // uses_tensor_cores(), the bf16 tensor-core kernels of namespace `tc` below (prepare, recurrence, outputs;
 // the outputs run beside the recurrence).
+#include <cuda.h>  // CUtensorMap (the driver's encoder is reached through the runtime)
+#include <cudaTypedefs.h>
 #include <cuda_bf16.h>
 #include <cub/cub.cuh>
 
@@ -1336,6 +1338,51 @@ __device__ __forceinline__ void wgmma_wait_all(float (&d)[N]) {
 __device__ __forceinline__ void fence_proxy_async() {
   asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
 }
+// Bulk copies by the tensor memory accelerator (TMA) into shared memory, each completing its bytes on an
+// mbarrier that the waiting threads test by phase parity.
+__device__ __forceinline__ void mbar_init(uint64_t* bar, uint32_t arrivals) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(smem_addr(bar)), "r"(arrivals) : "memory");
+}
+__device__ __forceinline__ void mbar_init_fence() {
+  asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+}
+__device__ __forceinline__ void mbar_expect_bytes(uint64_t* bar, uint32_t bytes) {
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(smem_addr(bar)), "r"(bytes)
+               : "memory");
+}
+__device__ __forceinline__ void mbar_wait(uint64_t* bar, uint32_t parity) {
+  uint32_t done;
+  do
+    asm volatile(
+        "{\n .reg .pred p;\n mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n selp.u32 %0, 1, 0, "
+        "p;\n}\n"
+        : "=r"(done)
+        : "r"(smem_addr(bar)), "r"(parity)
+        : "memory");
+  while (!done);
+}
+__device__ __forceinline__ void tma_load_2d(void* dst, const CUtensorMap* map, int x, int y, uint64_t* bar) {
+  asm volatile(
+      "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], "
+      "[%4];\n" ::"r"(smem_addr(dst)),
+      "l"(map), "r"(x), "r"(y), "r"(smem_addr(bar))
+      : "memory");
+}
+__device__ __forceinline__ void tma_load_3d(void* dst, const CUtensorMap* map, int x, int y, int z,
+                                            uint64_t* bar) {
+  asm volatile(
+      "cp.async.bulk.tensor.3d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3, %4}], "
+      "[%5];\n" ::"r"(smem_addr(dst)),
+      "l"(map), "r"(x), "r"(y), "r"(z), "r"(smem_addr(bar))
+      : "memory");
+}
+__device__ __forceinline__ void bulk_load(void* dst, const void* src, uint32_t bytes, uint64_t* bar) {
+  asm volatile(
+      "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n" ::"r"(
+          smem_addr(dst)),
+      "l"(src), "r"(bytes), "r"(smem_addr(bar))
+      : "memory");
+}
 // The 32 fp32 accumulators of an m64n64 warpgroup product: asm operands %0..%31 of the helpers below.
 #define SGDN_WGMMA_ACC32_REGS                                                                                \
   "{%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%" \
@@ -1705,23 +1752,20 @@ __global__ void __launch_bounds__(kPrepThreads, 4)
 //   with 8 warps, all VT with 4);  Vh = bf16(e^{Γ−γ} ⊙ v̂);  S = e^Γ S + Kᵀ Vh (warp w: its state rows);
 //   Sb = bf16(S), which is also the snapshot, copied out of shared memory in 16-byte stores.
 // Two barriers per event when events follow one another (Sb written, Vh written); a skipped chunk before an
-// event adds two to rescale Sb. The next NS − 1 selected events' W, K, U, γ are in flight (cp.async, NS
-// stages). NS = 3 (125 KB of shared memory) keeps a lone busy chain fed; NS = 2 (89 KB) leaves room on the
-// multiprocessor for an output block (or a second recurrence block) beside it, which pays where every chain
-// is busy (the dense selector). VT = 64 (half the blocks, each copying W and K once for twice the columns)
-// was for runs with more 32-column blocks than multiprocessors (packed batches), whose 32-column recurrence
-// the copies' traffic through L2 bounded; 2 stages of it (109 KB) still let two blocks share a
-// multiprocessor. Since v33 those runs take recurrence_wg_kernel, and this kernel's 64-column blocks run only
-// with SGDN_CUDA_REC_WG=0 (a measuring aid).
-// The copied tiles have no padding: the 16-byte pieces of a row are permuted (XOR with bits of the row) so
-// that the 8 rows an ldmatrix reads, the rows the epilogue reads, and the 8 pieces a quarter-warp copies each
-// fall in distinct banks of one 128-byte line (with padded rows a copy spanned two lines; cp.async stores
-// then took ~2.5x their ideal wavefronts). W, K: 128 columns, piece p of row r at (p & 8) | ((p ^ r) & 7).
-__device__ __forceinline__ int swz128(int r, int c) {
-  return r * kD + (((c >> 3) & 8) | (((c >> 3) ^ r) & 7)) * 8 + (c & 7);
-}
-// U's VT columns: for 32, piece p of row r at p ^ ((r >> 1) & 3) (two rows per 128-byte line); for 64, at
-// p ^ (r & 7) (one row per line).
+// event adds two to rescale Sb. The next NS − 1 selected events' W, K, U, γ are in flight (TMA, NS stages),
+// the next one's issued as an event starts. NS = 3 (129 KB of shared memory) keeps a lone busy chain fed;
+// NS = 2 (92 KB) leaves room on the multiprocessor for an output block (or a second recurrence block) beside
+// it, which pays where every chain is busy (the dense selector). VT = 64 (half the blocks, each copying W and
+// K once for twice the columns) was for runs with more 32-column blocks than multiprocessors (packed
+// batches), whose 32-column recurrence the copies' traffic through L2 bounded; 2 stages of it (112 KB) still
+// let two blocks share a multiprocessor. Since v33 those runs take recurrence_wg_kernel, and this kernel's
+// 64-column blocks run only with SGDN_CUDA_REC_WG=0 (a measuring aid). The copied tiles come from the tensor
+// memory accelerator (one thread issues an event's copies; they complete on the stage's mbarrier) in its
+// swizzled layouts, whose 16-byte pieces are permuted by the row so that the 8 rows an ldmatrix reads and the
+// rows the epilogue reads fall in distinct banks: W and K as sw128 (two 64-column halves), U's VT columns
+// with the 64-byte swizzle for 32 (piece p of row r at p ^ ((r >> 1) & 3), two rows per 128-byte line) and
+// the 128-byte one for 64 (p ^ (r & 7), one row per line). (Until v34 every thread issued cp.async copies,
+// ~135 of an event's 370 instructions per warp.)
 template <int VT>
 __device__ __forceinline__ int swz_u(int r, int c) {
   static_assert(VT == 32 || VT == 64, "32 or 64 columns");
@@ -1729,12 +1773,14 @@ __device__ __forceinline__ int swz_u(int r, int c) {
   return r * VT + ((((c >> 3) ^ (r >> kRowShift)) & (kPieces - 1)) * 8) + (c & 7);
 }
 template <int VT>
-struct RecStage {
+struct alignas(1024) RecStage {
   bf16 w[kC * kD];
   bf16 k[kC * kD];
   bf16 u[kC * VT];  // VOut: the event's v = U − W Sb takes U's place, on its way to memory
   float gam[kC];
 };
+template <int VT>
+constexpr uint32_t kRecStageBytes = sizeof(bf16) * (2 * kC * kD + kC * VT) + sizeof(float) * kC;
 template <int NS, int VT>
 struct RecSmem {
   static_assert(NS == 2 || NS == 3, "two or three copy stages");
@@ -1744,7 +1790,18 @@ struct RecSmem {
   bf16 vh[kC * kLdT];
   uint8_t mask[kWindow];
   float decay[kWindow];
+  uint64_t full[NS];  // a stage's copies complete here
 };
+// The tensor maps of the recurrence's copies (kernel parameters): W and U as [slot rows][128] (a slot's 64
+// rows, box 64 x 64 for W, 64 x VT for U), K as [token][head][128] (box 64 tokens x 64 columns; rows past the
+// end of the tensor arrive as zeros).
+struct RecTmaMaps {
+  CUtensorMap w, u, k;
+};
+template <int NS, int VT>
+constexpr size_t rec_smem_bytes() {
+  return sizeof(RecSmem<NS, VT>) + 1024;  // and the alignment of the block's region to 1024 bytes
+}
 
 // A recurrence block's place: one block per (sequence, value head, V tile of `Tiles`), the tile fastest; its
 // chunks, first snapshot slot and first event index. Read after wait_for_previous_grid().
@@ -1781,17 +1838,17 @@ struct Publisher {
 // The head's mask and chunk decays are staged kWindow chunks at a time in `mask` and `decay` (shared memory);
 // a skipped chunk adds its decay to the pending one, which `rescale(e^pending, flush)` applies before the
 // next event; up to NS − 1 selected events' copies are in flight (`fetch(buffer, chunk)`), each event's own
-// waited for before it starts. `event(buffer, chunk, Γ, flush, fetch_next)` computes one event and calls
-// fetch_next() where the next copy is to be issued. Snapshots: `write(slot)` copies Sb to snapshot `slot`
-// (the initial state's first); an event's snapshot is written by the next flush() (the event after it calls
-// it while its first products run; before Sb changes otherwise), and `chunks` (null but in a head's first
-// block) receives the events' chunks. At the end every chunk is published. Returns the log decay after the
-// last event; `slot` is then the number of events.
-template <int NS, class Publish, class Fetch, class Write, class Rescale, class Event>
+// waited for before it starts (`wait(buffer, copies in flight)`, then a barrier). `event(buffer, chunk, Γ,
+// flush, fetch_next)` computes one event and calls fetch_next() where the next copy is to be issued.
+// Snapshots: `write(slot)` copies Sb to snapshot `slot` (the initial state's first); an event's snapshot is
+// written by the next flush() (the event after it calls it while its first products run; before Sb changes
+// otherwise), and `chunks` (null but in a head's first block) receives the events' chunks. At the end every
+// chunk is published. Returns the log decay after the last event; `slot` is then the number of events.
+template <int NS, class Publish, class Fetch, class Wait, class Write, class Rescale, class Event>
 __device__ __forceinline__ float for_each_event(const RecurrenceArgs& a, uint8_t* mask, float* decay,
                                                 int64_t n, int64_t ev_base, Publish& publish, Fetch fetch,
-                                                Write write, int32_t* chunks, Rescale rescale, Event event,
-                                                int64_t& slot) {
+                                                Wait wait, Write write, int32_t* chunks, Rescale rescale,
+                                                Event event, int64_t& slot) {
   int64_t snap_slot = -1;
   int32_t snap_chunk = 0;
   auto flush = [&]() {
@@ -1828,7 +1885,7 @@ __device__ __forceinline__ float for_each_event(const RecurrenceArgs& a, uint8_t
       fetch(ring(buf + inflight), w0 + to_fetch);
       to_fetch = next_selected(to_fetch + 1);
     }
-    cp_async_wait_but(inflight - 1);
+    wait(buf, inflight);
     __syncthreads();
     for (int i = 0; i < wn; ++i) {
       const int64_t c = w0 + i;
@@ -1854,7 +1911,7 @@ __device__ __forceinline__ float for_each_event(const RecurrenceArgs& a, uint8_t
       };
       event(buf, c, big_gamma, flush, fetch_next);
       // The next event's data must be visible after the barrier below, so its copies are waited for first.
-      cp_async_wait_but(inflight - 1);
+      wait(ring(buf + 1), inflight);
       __syncthreads();
       ++slot;
       snap_slot = slot;
@@ -1874,7 +1931,8 @@ __device__ __forceinline__ float for_each_event(const RecurrenceArgs& a, uint8_t
 // place.
 template <int NS, bool VOut, int VT, int NW>
 __global__ void __launch_bounds__(NW * 32, VT == 64 ? 2 : 0)  // 64: two blocks per multiprocessor
-    recurrence_tc_kernel(RecurrenceArgs a, bf16* u_all, const bf16* w_all) {
+    recurrence_tc_kernel(RecurrenceArgs a, bf16* u_all, const bf16* w_all,
+                         const __grid_constant__ RecTmaMaps tma) {
   static_assert(NW == 8 || NW == 4, "8 or 4 warps");
   constexpr int kBlockThreads = NW * 32;
   constexpr int kTiles = kD / VT, kLdT = RecSmem<NS, VT>::kLdT;
@@ -1887,8 +1945,7 @@ __global__ void __launch_bounds__(NW * 32, VT == 64 ? 2 : 0)  // 64: two blocks 
   static_assert(kSets == 1 || kSets == 2 || kSets == 4, "one, two or four accumulator sets");
   constexpr int kMT = 8 / NW;                                               // state: m16 tiles per warp
   constexpr int kUPieces = VT / 8;                                          // 16-byte pieces per row of U
-  constexpr int kURows = kBlockThreads / kUPieces, kUCopies = kC / kURows;  // U rows copied at once; copies
-  constexpr int kWRows = kBlockThreads / 16, kWCopies = kC / kWRows;        // the same for W and K
+  constexpr int kURows = kBlockThreads / kUPieces, kUCopies = kC / kURows;  // VOut: v rows stored at once
   // The blocks that read the same W (a value head's tiles) and the same K (a head pair's) are launched
   // together, so that they run in the same wave when a packed batch has more blocks than fit at once, and the
   // later ones find W and K in L2.
@@ -1901,8 +1958,12 @@ __global__ void __launch_bounds__(NW * 32, VT == 64 ? 2 : 0)  // 64: two blocks 
   const int h = hv / (a.HV / a.H);
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, gq = lane >> 2, tq = lane & 3;
   extern __shared__ __align__(16) unsigned char smem_raw[];
-  RecSmem<NS, VT>& sm = *reinterpret_cast<RecSmem<NS, VT>*>(smem_raw);
-  const bf16* kp = static_cast<const bf16*>(a.k);
+  RecSmem<NS, VT>& sm =
+      *reinterpret_cast<RecSmem<NS, VT>*>(smem_raw + ((1024 - (smem_addr(smem_raw) & 1023)) & 1023));
+  if (threadIdx.x == 0) {
+    for (int b = 0; b < NS; ++b) mbar_init(&sm.full[b], 1);
+    mbar_init_fence();
+  }
   // Every block of this grid is resident once all have passed here, and the kernels before it are complete:
   // the output stage may launch beside it (its blocks wait on `progress`, never the other way round, so no
   // block can starve this grid; they read the pre-pass's results at once).
@@ -1940,56 +2001,55 @@ __global__ void __launch_bounds__(NW * 32, VT == 64 ? 2 : 0)  // 64: two blocks 
 
   // The sequence's offsets once, in registers: fetch() must not wait on global loads before its copies.
   const int64_t seq_chunk0 = a.chunk_offset[s], seq_t0 = a.seq_start[s], seq_len = a.seq_len[s];
-  // The copies' thread-constant parts: W and K rows r0 + kWRows j (j < kWCopies), 16-byte part p8; U rows
-  // ur + kURows j (j < kUCopies), part up. Per event only the 64-bit bases change, so the copies take
-  // immediate offsets.
-  const int r0 = threadIdx.x >> 4, p8 = (threadIdx.x & 15) * 8;
-  const int ur = threadIdx.x / kUPieces, up = (threadIdx.x % kUPieces) * 8;
-  // Rows r0 + kWRows j and ur + kURows j keep the low bits of r0 and ur that the permutations read.
-  const int w_dst = swz128(r0, p8), u_dst = swz_u<VT>(ur, up);
-  const int64_t k_row = int64_t(a.H) * kD;
-  // Chunk c's sources are chunk 0's moved by a fixed stride: one 64-bit multiply-add per source and event.
-  const int64_t uw_step = int64_t(a.HV) * (kC * kD), k_step = kC * k_row, g_step = int64_t(a.HV) * kC;
-  const bf16* w_src0 = w_all + (seq_chunk0 * a.HV + hv) * (kC * kD) + r0 * kD + p8;
-  bf16* const u_src0 = u_all + (seq_chunk0 * a.HV + hv) * (kC * kD) + ur * kD + col0 + up;  // and v's
-  const bf16* k_src0 = kp + (seq_t0 * a.H + h) * kD + r0 * k_row + p8;
-  const float* g_src0 = a.gamma + (seq_chunk0 * a.HV + hv) * kC + (threadIdx.x % (kC / 4)) * 4;
+  // An event's copies, issued by thread 0: W (two boxes), K (two), U (this block's columns), γ. The rows of
+  // W and U are the slot's (chunk record, value head) 64; K's are tokens.
   auto fetch = [&](int buf, int64_t c) {
-    const int len = int(min_i64(kC, seq_len - c * kC));
+    if (threadIdx.x != 0) return;
     RecStage<VT>& st_ = sm.stage[buf];
-    const bf16* wsrc = w_src0 + c * uw_step;
-    const bf16* ksrc = k_src0 + c * k_step;
-#pragma unroll
-    for (int j = 0; j < kWCopies; ++j) {
-      cp_async16(st_.w + w_dst + kWRows * j * kD, wsrc + kWRows * j * kD, true);
-      const bool valid = r0 + kWRows * j < len;  // rows past the sequence's end become zeros
-      cp_async16(st_.k + w_dst + kWRows * j * kD, valid ? ksrc : kp, valid);
-      ksrc += kWRows * k_row;
-    }
-#pragma unroll
-    for (int j = 0; j < kUCopies; ++j)
-      cp_async16(st_.u + u_dst + j * kURows * VT, u_src0 + c * uw_step + j * kURows * kD, true);
-    if (threadIdx.x < kC / 4) cp_async16(st_.gam + threadIdx.x * 4, g_src0 + c * g_step, true);
-    cp_async_commit();
+    uint64_t* bar = &sm.full[buf];
+    const int64_t slot_id = (seq_chunk0 + c) * a.HV + hv;
+    const int row = int(slot_id * kC), token = int(seq_t0 + c * kC);
+    mbar_expect_bytes(bar, kRecStageBytes<VT>);
+    tma_load_2d(st_.w, &tma.w, 0, row, bar);
+    tma_load_2d(st_.w + kC * 64, &tma.w, 64, row, bar);
+    tma_load_3d(st_.k, &tma.k, 0, h, token, bar);
+    tma_load_3d(st_.k + kC * 64, &tma.k, 64, h, token, bar);
+    tma_load_2d(st_.u, &tma.u, col0, row, bar);
+    bulk_load(st_.gam, a.gamma + slot_id * kC, sizeof(float) * kC, bar);
   };
+  // Every thread waits for a stage's copies itself, by the parity of the stage's use.
+  uint32_t parity = 0;
+  auto wait = [&](int buf, int inflight) {
+    if (inflight <= 0) return;
+    mbar_wait(&sm.full[buf], (parity >> buf) & 1);
+    parity ^= 1u << buf;
+  };
+  // VOut: the thread-constant parts of the stores of v (rows ur + kURows j, 16-byte part up).
+  const int ur = threadIdx.x / kUPieces, up = (threadIdx.x % kUPieces) * 8;
+  const int u_dst = swz_u<VT>(ur, up);
+  const int64_t uw_step = int64_t(a.HV) * (kC * kD);
+  bf16* const u_src0 = u_all + (seq_chunk0 * a.HV + hv) * (kC * kD) + ur * kD + col0 + up;
+  // A sequence's last chunk, when it is short: K's rows past its end (the next sequence's tokens) are zeroed
+  // before they multiply Vh's zero rows, so that they add exact zeros whatever they hold.
+  const int64_t short_chunk = seq_len % kC ? seq_len / kC : -1;
 
   int64_t slot = 0;
   const int vrow = (warp & 3) * 16, vcol = (warp >> 2) * kVCols;  // this warp's tile of v̂
   // This thread's element offsets in the tiles, once (the tiles' k-steps add constants): its W fragment rows
-  // at k-steps 0-3 (steps 4-7 are 64 elements on: the permutation keeps the low three piece bits), its Kᵀ
+  // at k-steps 0-3 (steps 4-7 are the second sw128 half, kC x 64 elements on, the same swizzle), its Kᵀ
   // fragment, its Sb and Vh fragments, its U pairs (n-tiles 0 .. 2 kNP − 1; the second row half is 8 rows
   // on), its row of v̂ (Vh stores, γ) and its state rows (Sb stores).
   int w_off[4];
-  for (int kk = 0; kk < 4; ++kk) w_off[kk] = opaque(a_lane_at(swz128, vrow, kk * 16));
+  for (int kk = 0; kk < 4; ++kk) w_off[kk] = opaque(a_lane_at(sw128, vrow, kk * 16));
   int k_off[kMT];
-  for (int mt = 0; mt < kMT; ++mt) k_off[mt] = opaque(a_t_lane_at(swz128, (warp * kMT + mt) * 16, 0));
+  for (int mt = 0; mt < kMT; ++mt) k_off[mt] = opaque(a_t_lane_at(sw128, (warp * kMT + mt) * 16, 0));
   const int b_off = opaque(b_kn_lane(kLdT, 0, 0));
   int u_off[2 * kNP];
   for (int nt = 0; nt < 2 * kNP; ++nt) u_off[nt] = opaque(swz_u<VT>(vrow + gq, vcol + nt * 8 + tq * 2));
   const int v_row = opaque(vrow + gq), vh_off = opaque((vrow + gq) * kLdT + vcol + tq * 2);
   const int sb_off = opaque((warp * kMT * 16 + gq) * kLdT + tq * 2);
   const float pending = for_each_event<NS>(
-      a, sm.mask, sm.decay, n, ev_base, publish, fetch, write_snapshot,
+      a, sm.mask, sm.decay, n, ev_base, publish, fetch, wait, write_snapshot,
       tile == 0 ? a.snapshot_chunk + slot_base : nullptr,
       [&](float carried, auto flush_snapshot) {  // the skipped chunks' decay into the state and Sb
         for (int mt = 0; mt < kMT; ++mt)
@@ -2003,11 +2063,14 @@ __global__ void __launch_bounds__(NW * 32, VT == 64 ? 2 : 0)  // 64: two blocks 
       [&](int buf, int64_t c, float big_gamma, auto flush_snapshot, auto fetch_next) {
         RecStage<VT>& cs = sm.stage[buf];
         {  // v̂ = U − W Sb: this warp's 16 x kVCols tile, k = 128, in kSets accumulator sets (mma chains)
+          // The next copies first: one thread's few instructions, and the copies' longest lead (measured 4-5
+          // % faster than issuing them after the products).
+          fetch_next();
           float acc[kSets][2 * kNP][4] = {};
 #pragma unroll
           for (int kk = 0; kk < kD / 16; ++kk) {
             uint32_t af[4];
-            ldsm_x4(af, cs.w + w_off[kk & 3] + (kk >> 2) * 64);
+            ldsm_x4(af, cs.w + w_off[kk & 3] + (kk >> 2) * (kC * 64));
 #pragma unroll
             for (int np = 0; np < kNP; ++np) {
               uint32_t bf[4];
@@ -2019,7 +2082,15 @@ __global__ void __launch_bounds__(NW * 32, VT == 64 ? 2 : 0)  // 64: two blocks 
           // While the products run: the previous event's snapshot, the copies of the next event not yet in
           // flight.
           flush_snapshot();
-          fetch_next();
+          if (c == short_chunk) {  // block-uniform; the barrier below orders the zeros before Kᵀ Vh
+            const int len = int(seq_len % kC);
+            for (int e = len * 8 + threadIdx.x; e < kC * 8; e += kBlockThreads) {  // 16-byte pieces per row
+              const int r = e >> 3, p = e & 7;
+              *reinterpret_cast<uint4*>(cs.k + r * 64 + p * 8) = make_uint4(0, 0, 0, 0);
+              *reinterpret_cast<uint4*>(cs.k + kC * 64 + r * 64 + p * 8) = make_uint4(0, 0, 0, 0);
+            }
+            fence_proxy_async();  // before the stage's next copies overwrite them
+          }
 #pragma unroll
           for (int half = 0; half < 2; ++half) {
             const float f = exp_ftz(big_gamma - cs.gam[v_row + half * 8]);
@@ -2041,6 +2112,7 @@ __global__ void __launch_bounds__(NW * 32, VT == 64 ? 2 : 0)  // 64: two blocks 
             }
           }
         }
+        if constexpr (VOut) fence_proxy_async();  // v over U, before the stage's next copies
         __syncthreads();
         // The previous event's snapshot left above, and the groups up to this chunk start from it at the
         // latest (VOut: this chunk's v leaves below, so up to the one before; then every 15 chunks instead of
@@ -2062,7 +2134,7 @@ __global__ void __launch_bounds__(NW * 32, VT == 64 ? 2 : 0)  // 64: two blocks 
           for (int k0 = 0; k0 < kC; k0 += 16) {
             uint32_t af[kMT][4];
 #pragma unroll
-            for (int mt = 0; mt < kMT; ++mt) ldsm_x4_t(af[mt], cs.k + k_off[mt] + k0 * kD);
+            for (int mt = 0; mt < kMT; ++mt) ldsm_x4_t(af[mt], cs.k + k_off[mt] + k0 * 64);
 #pragma unroll
             for (int j = 0; j < VT / 16; ++j) {
               uint32_t bf[4];
@@ -2127,7 +2199,8 @@ constexpr size_t wg_smem_bytes() {
 }
 template <int NS, bool VOut>
 __global__ void __launch_bounds__(kWgThreads)
-    recurrence_wg_kernel(RecurrenceArgs a, bf16* u_all, const bf16* w_all) {
+    recurrence_wg_kernel(RecurrenceArgs a, bf16* u_all, const bf16* w_all,
+                         const __grid_constant__ RecTmaMaps) {
   constexpr int kTiles = kD / kWgCols, kFlags = kWgCols / kTcTile;
   wait_for_previous_grid();
   const ChainPlace place = chain_place<kTiles>(a);
@@ -2172,6 +2245,8 @@ __global__ void __launch_bounds__(kWgThreads)
   const bf16* k_src0 = kp + (seq_t0 * a.H + h) * kD;
   const int64_t k_row = int64_t(a.H) * kD;
   const int ur = threadIdx.x >> 3, up = (threadIdx.x & 7) * 8;  // U: rows ur + 16 j, piece up
+  // Every thread's cp.async (TMA for W, K and γ, as the 32-column blocks take them, measured 1-1.5 % slower
+  // here: 4 x 8K dense 1.201 → 1.220 ms).
   auto fetch = [&](int buf, int64_t c) {
     const int len = int(min_i64(kC, seq_len - c * kC));
     WgStage& d = sm.stage[buf];
@@ -2188,8 +2263,9 @@ __global__ void __launch_bounds__(kWgThreads)
   const uint64_t sb_desc = sw128_desc(sm.sb), vh_desc = sw128_desc(sm.vh);
 
   int64_t slot = 0;
+  auto wait = [](int, int inflight) { cp_async_wait_but(inflight - 1); };
   const float pending = for_each_event<NS>(
-      a, sm.mask, sm.decay, n, ev_base, publish, fetch, write_snapshot,
+      a, sm.mask, sm.decay, n, ev_base, publish, fetch, wait, write_snapshot,
       tile == 0 ? a.snapshot_chunk + slot_base : nullptr,
       [&](float carried, auto flush_snapshot) {  // the skipped chunks' decay into the state and Sb
         for (int mt = 0; mt < 2; ++mt)
@@ -2576,13 +2652,13 @@ size_t prepare_tc_smem() {
 // The recurrence's instance for `stages` copy stages, v to memory or not and `columns` per block, with its
 // shared memory.
 struct RecurrenceVariant {
-  void (*kernel)(RecurrenceArgs, bf16*, const bf16*);
+  void (*kernel)(RecurrenceArgs, bf16*, const bf16*, RecTmaMaps);
   size_t smem;
   int threads;
 };
 template <int NS, bool VOut, int VT, int NW>
 RecurrenceVariant recurrence_variant() {
-  return {recurrence_tc_kernel<NS, VOut, VT, NW>, sizeof(RecSmem<NS, VT>), NW * 32};
+  return {recurrence_tc_kernel<NS, VOut, VT, NW>, rec_smem_bytes<NS, VT>(), NW * 32};
 }
 template <int VT, int NW>
 RecurrenceVariant recurrence_variant(int stages, bool v_out) {
@@ -2601,6 +2677,48 @@ RecurrenceVariant recurrence_tc_variant(int stages, bool v_out, int columns, int
   if (columns == 64)
     return warps == 4 ? recurrence_variant<64, 4>(stages, v_out) : recurrence_variant<64, 8>(stages, v_out);
   return warps == 4 ? recurrence_variant<32, 4>(stages, v_out) : recurrence_variant<32, 8>(stages, v_out);
+}
+// The tensor maps of the recurrence's copies (RecTmaMaps) for blocks of `columns` V columns: W and U
+// [slot_rows][128] from the workspace, K [tokens][H][128]. The driver's encoder is reached through the
+// runtime, so that nothing links libcuda.
+std::string rec_tma_maps(RecTmaMaps& m, const bf16* w, const bf16* u, int64_t slot_rows, const void* k,
+                         int64_t tokens, int H, int columns) {
+  static const auto encode = [] {
+    void* fn = nullptr;
+    cudaDriverEntryPointQueryResult found{};
+    if (cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &fn, 12000, cudaEnableDefault, &found) !=
+            cudaSuccess ||
+        found != cudaDriverEntryPointSuccess)
+      fn = nullptr;
+    return reinterpret_cast<PFN_cuTensorMapEncodeTiled_v12000>(fn);
+  }();
+  if (!encode) return "the CUDA driver offers no cuTensorMapEncodeTiled (the recurrence's copies need it)";
+  if (slot_rows >= (int64_t(1) << 31))  // the copies' row coordinates are 32-bit
+    return "too many chunks x value heads for the tensor-core recurrence (" + std::to_string(slot_rows / kC) +
+           " slots of 64 rows; at most 2^25)";
+  auto tiled = [&](CUtensorMap* map, const void* base, cuuint32_t rank, const cuuint64_t* dims,
+                   const cuuint64_t* strides, const cuuint32_t* box, CUtensorMapSwizzle swizzle,
+                   const char* what) -> std::string {
+    const cuuint32_t unit[3] = {1, 1, 1};
+    const CUresult r = encode(map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, rank, const_cast<void*>(base), dims,
+                              strides, box, unit, CU_TENSOR_MAP_INTERLEAVE_NONE, swizzle,
+                              CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+    if (r == CUDA_SUCCESS) return {};
+    return std::string("cannot describe ") + what +
+           " for the recurrence's copies (cuTensorMapEncodeTiled error " + std::to_string(int(r)) +
+           "; the tensor must be 16-byte aligned)";
+  };
+  const cuuint64_t uw_dims[2] = {cuuint64_t(kD), cuuint64_t(slot_rows)}, uw_strides[1] = {kD * sizeof(bf16)};
+  const cuuint32_t w_box[2] = {64, kC}, u_box[2] = {cuuint32_t(columns), kC};
+  const cuuint64_t k_dims[3] = {cuuint64_t(kD), cuuint64_t(H), cuuint64_t(tokens)};
+  const cuuint64_t k_strides[2] = {kD * sizeof(bf16), cuuint64_t(H) * kD * sizeof(bf16)};
+  const cuuint32_t k_box[3] = {64, 1, kC};
+  std::string err = tiled(&m.w, w, 2, uw_dims, uw_strides, w_box, CU_TENSOR_MAP_SWIZZLE_128B, "W");
+  if (err.empty())
+    err = tiled(&m.u, u, 2, uw_dims, uw_strides, u_box,
+                columns == 32 ? CU_TENSOR_MAP_SWIZZLE_64B : CU_TENSOR_MAP_SWIZZLE_128B, "U");
+  if (err.empty()) err = tiled(&m.k, k, 3, k_dims, k_strides, k_box, CU_TENSOR_MAP_SWIZZLE_128B, "k");
+  return err;
 }
 // Recurrence blocks of `columns` (32 or 64) V columns: one per (sequence, value head, V tile).
 int64_t recurrence_tc_blocks(const Problem& p, int columns = kTcTile) {
@@ -3144,8 +3262,12 @@ std::string forward(const Problem& p, const DeviceTensors& t, void* workspace, s
     if (stages == 2)
       SGDN_TRY_CUDA(cudaFuncSetAttribute(rec_kernel, cudaFuncAttributePreferredSharedMemoryCarveout,
                                          int(cudaSharedmemCarveoutMaxShared)));
-    err = launch_kernel(rec_threads == tc::kWgThreads ? "recurrence_wg_kernel" : "recurrence_tc_kernel",
-                        rec_kernel, grid, rec_threads, rec_smem, stream, true, rec, u_tc, w_tc);
+    tc::RecTmaMaps maps{};
+    err = tc::rec_tma_maps(maps, w_tc, u_tc, int64_t(nmax) * HV * p.chunk, t.k, p.total_tokens, p.qk_heads,
+                           rec_columns);
+    if (err.empty())
+      err = launch_kernel(rec_threads == tc::kWgThreads ? "recurrence_wg_kernel" : "recurrence_tc_kernel",
+                          rec_kernel, grid, rec_threads, rec_smem, stream, true, rec, u_tc, w_tc, maps);
   } else {
     const dim3 rec_grid{unsigned(S), unsigned(HV), unsigned(vtiles)};
     err = bf16 ? launch_recurrence<__nv_bfloat16>(p, rec, rec_grid, stream)
