@@ -1781,6 +1781,10 @@ struct alignas(1024) RecStage {
 };
 template <int VT>
 constexpr uint32_t kRecStageBytes = sizeof(bf16) * (2 * kC * kD + kC * VT) + sizeof(float) * kC;
+// What the stage's copies deliver and its mbarrier expects (a mismatch would wait forever): W, K, U, then γ.
+static_assert(kRecStageBytes<32> == offsetof(RecStage<32>, gam) + sizeof(float) * kC &&
+                  kRecStageBytes<64> == offsetof(RecStage<64>, gam) + sizeof(float) * kC,
+              "the stage's bytes are its tiles'");
 template <int NS, int VT>
 struct RecSmem {
   static_assert(NS == 2 || NS == 3, "two or three copy stages");
@@ -2079,8 +2083,7 @@ __global__ void __launch_bounds__(NW * 32, VT == 64 ? 2 : 0)  // 64: two blocks 
               mma(acc[kk % kSets][2 * np + 1], af, bf[2], bf[3]);
             }
           }
-          // While the products run: the previous event's snapshot, the copies of the next event not yet in
-          // flight.
+          // While the products run: the previous event's snapshot.
           flush_snapshot();
           if (c == short_chunk) {  // block-uniform; the barrier below orders the zeros before Kᵀ Vh
             const int len = int(seq_len % kC);
@@ -2695,7 +2698,7 @@ std::string rec_tma_maps(RecTmaMaps& m, const bf16* w, const bf16* u, int64_t sl
   if (!encode) return "the CUDA driver offers no cuTensorMapEncodeTiled (the recurrence's copies need it)";
   if (slot_rows >= (int64_t(1) << 31))  // the copies' row coordinates are 32-bit
     return "too many chunks x value heads for the tensor-core recurrence (" + std::to_string(slot_rows / kC) +
-           " slots of 64 rows; at most 2^25)";
+           " slots of 64 rows; fewer than 2^25 allowed)";
   auto tiled = [&](CUtensorMap* map, const void* base, cuuint32_t rank, const cuuint64_t* dims,
                    const cuuint64_t* strides, const cuuint32_t* box, CUtensorMapSwizzle swizzle,
                    const char* what) -> std::string {
@@ -2706,7 +2709,7 @@ std::string rec_tma_maps(RecTmaMaps& m, const bf16* w, const bf16* u, int64_t sl
     if (r == CUDA_SUCCESS) return {};
     return std::string("cannot describe ") + what +
            " for the recurrence's copies (cuTensorMapEncodeTiled error " + std::to_string(int(r)) +
-           "; the tensor must be 16-byte aligned)";
+           (reinterpret_cast<uintptr_t>(base) % 16 ? "; it is not 16-byte aligned)" : ")");
   };
   const cuuint64_t uw_dims[2] = {cuuint64_t(kD), cuuint64_t(slot_rows)}, uw_strides[1] = {kD * sizeof(bf16)};
   const cuuint32_t w_box[2] = {64, kC}, u_box[2] = {cuuint32_t(columns), kC};
@@ -2717,7 +2720,7 @@ std::string rec_tma_maps(RecTmaMaps& m, const bf16* w, const bf16* u, int64_t sl
   if (err.empty())
     err = tiled(&m.u, u, 2, uw_dims, uw_strides, u_box,
                 columns == 32 ? CU_TENSOR_MAP_SWIZZLE_64B : CU_TENSOR_MAP_SWIZZLE_128B, "U");
-  if (err.empty()) err = tiled(&m.k, k, 3, k_dims, k_strides, k_box, CU_TENSOR_MAP_SWIZZLE_128B, "k");
+  if (err.empty()) err = tiled(&m.k, k, 3, k_dims, k_strides, k_box, CU_TENSOR_MAP_SWIZZLE_128B, "K");
   return err;
 }
 // Recurrence blocks of `columns` (32 or 64) V columns: one per (sequence, value head, V tile).
@@ -3262,9 +3265,10 @@ std::string forward(const Problem& p, const DeviceTensors& t, void* workspace, s
     if (stages == 2)
       SGDN_TRY_CUDA(cudaFuncSetAttribute(rec_kernel, cudaFuncAttributePreferredSharedMemoryCarveout,
                                          int(cudaSharedmemCarveoutMaxShared)));
-    tc::RecTmaMaps maps{};
-    err = tc::rec_tma_maps(maps, w_tc, u_tc, int64_t(nmax) * HV * p.chunk, t.k, p.total_tokens, p.qk_heads,
-                           rec_columns);
+    tc::RecTmaMaps maps{};  // the warpgroup blocks copy with cp.async
+    if (rec_threads != tc::kWgThreads)
+      err = tc::rec_tma_maps(maps, w_tc, u_tc, int64_t(nmax) * HV * p.chunk, t.k, p.total_tokens, p.qk_heads,
+                             rec_columns);
     if (err.empty())
       err = launch_kernel(rec_threads == tc::kWgThreads ? "recurrence_wg_kernel" : "recurrence_tc_kernel",
                           rec_kernel, grid, rec_threads, rec_smem, stream, true, rec, u_tc, w_tc, maps);
