@@ -3256,8 +3256,10 @@ std::string forward(const Problem& p, const DeviceTensors& t, void* workspace, s
   if (use_tc) {
     const dim3 grid{unsigned(tc::recurrence_tc_blocks(p, rec_columns))};
     const int stages = recurrence_stages(p, sms, rec_columns);
-    const auto [rec_kernel, rec_smem, rec_threads] = tc::recurrence_tc_variant(
-        stages, v_in_u, rec_columns, recurrence_warps(p, rec_columns), recurrence_wgmma(rec_columns));
+    // Which kernel by its own flag, not by its thread count: the 4-warp mma.sync blocks have 128 threads too.
+    const bool wg = recurrence_wgmma(rec_columns);
+    const auto [rec_kernel, rec_smem, rec_threads] =
+        tc::recurrence_tc_variant(stages, v_in_u, rec_columns, recurrence_warps(p, rec_columns), wg);
     // A multiprocessor that runs a 2-stage recurrence block keeps all of its shared memory (228 KB)
     // configured, so that an output block fits beside it; left alone, the driver configures the least that
     // holds two recurrence blocks (196 KB), and the output block (112 KB) would wait for the recurrence to
@@ -3265,13 +3267,14 @@ std::string forward(const Problem& p, const DeviceTensors& t, void* workspace, s
     if (stages == 2)
       SGDN_TRY_CUDA(cudaFuncSetAttribute(rec_kernel, cudaFuncAttributePreferredSharedMemoryCarveout,
                                          int(cudaSharedmemCarveoutMaxShared)));
-    tc::RecTmaMaps maps{};  // the warpgroup blocks copy with cp.async
-    if (rec_threads != tc::kWgThreads)
-      err = tc::rec_tma_maps(maps, w_tc, u_tc, int64_t(nmax) * HV * p.chunk, t.k, p.total_tokens, p.qk_heads,
-                             rec_columns);
+    // (The warpgroup blocks copy with cp.async and leave the maps unread; encoding them anyway keeps one
+    // path.)
+    tc::RecTmaMaps maps{};
+    err = tc::rec_tma_maps(maps, w_tc, u_tc, int64_t(nmax) * HV * p.chunk, t.k, p.total_tokens, p.qk_heads,
+                           rec_columns);
     if (err.empty())
-      err = launch_kernel(rec_threads == tc::kWgThreads ? "recurrence_wg_kernel" : "recurrence_tc_kernel",
-                          rec_kernel, grid, rec_threads, rec_smem, stream, true, rec, u_tc, w_tc, maps);
+      err = launch_kernel(wg ? "recurrence_wg_kernel" : "recurrence_tc_kernel", rec_kernel, grid, rec_threads,
+                          rec_smem, stream, true, rec, u_tc, w_tc, maps);
   } else {
     const dim3 rec_grid{unsigned(S), unsigned(HV), unsigned(vtiles)};
     err = bf16 ? launch_recurrence<__nv_bfloat16>(p, rec, rec_grid, stream)
