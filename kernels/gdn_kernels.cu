@@ -1312,8 +1312,14 @@ constexpr int kLdTm = kC + 4;  // fp32 row stride of T
 // warp's copies take two whole rows of memory. The descriptor's strides are 1024 bytes (8 rows); a step of k
 // (16) moves the start by 32 bytes read k-major (k along the columns: K Kᵀ, U Uᵀ) or by 2048 bytes read
 // mn-major (k along the rows: the second operand of A V and A K, whose 64 columns are one half).
+// (sw128_rows: the same for a tile of R rows, whose halves are R rows apart: the output stage's 128-row
+// state.)
+template <int R>
+__device__ __forceinline__ int sw128_rows(int r, int c) {
+  return (c >> 6) * (R * 64) + r * 64 + ((((c >> 3) & 7) ^ (r & 7)) << 3) + (c & 7);
+}
 __device__ __forceinline__ int sw128(int r, int c) {
-  return (c >> 6) * (kC * 64) + r * 64 + ((((c >> 3) & 7) ^ (r & 7)) << 3) + (c & 7);
+  return sw128_rows<kC>(r, c);
 }
 constexpr uint32_t kSwKMajorStep = 32 >> 4, kSwMnMajorStep = 2048 >> 4;  // k steps, in descriptor units
 __device__ __forceinline__ uint64_t sw128_desc(const bf16* tile) {
@@ -1400,6 +1406,16 @@ __device__ __forceinline__ void wgmma_m64n64k16_ss(float (&d)[32], uint64_t da, 
       "{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
       "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 " SGDN_WGMMA_ACC32_REGS
       ", %32, %33, p, 1, 1, 0, 0;\n}\n"
+      : SGDN_WGMMA_ACC32(d)
+      : "l"(da), "l"(db), "r"(accumulate));
+}
+// The same with B stored mn-major (transposed: its 16-byte pieces run along n).
+__device__ __forceinline__ void wgmma_m64n64k16_ss_t(float (&d)[32], uint64_t da, uint64_t db,
+                                                     int accumulate) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 " SGDN_WGMMA_ACC32_REGS
+      ", %32, %33, p, 1, 1, 0, 1;\n}\n"
       : SGDN_WGMMA_ACC32(d)
       : "l"(da), "l"(db), "r"(accumulate));
 }
@@ -1497,14 +1513,15 @@ __device__ __forceinline__ void t_fragments(uint32_t (&f)[4][4], const PrepSmem&
       }
     }
 }
-// D (64 x 64) = A B over k = 64: A this warp's fragments `f`, B columns c0..c0+63 of an sw128 tile read
-// mn-major (V, K, U, W: k runs along the tile's rows).
-__device__ __forceinline__ void rs_product(float (&acc)[32], const uint32_t (&f)[4][4], const bf16* b,
-                                           int c0) {
+// D (64 x 64) = A B (or D += A B) over k = 64: A this warp's fragments `f`, B columns c0..c0+63 of an sw128
+// tile read mn-major (V, K, U, W: k runs along the tile's rows).
+__device__ __forceinline__ void rs_product(float (&acc)[32], const uint32_t (&f)[4][4], const bf16* b, int c0,
+                                           bool accumulate = false) {
   const uint64_t desc = sw128_desc(b + (c0 >> 6) * (kC * 64));
   wgmma_fence();
 #pragma unroll
-  for (int ks = 0; ks < kC / 16; ++ks) wgmma_m64n64k16_rs_t(acc, f[ks], desc + ks * kSwMnMajorStep, ks);
+  for (int ks = 0; ks < kC / 16; ++ks)
+    wgmma_m64n64k16_rs_t(acc, f[ks], desc + ks * kSwMnMajorStep, accumulate || ks);
   wgmma_commit();
   wgmma_wait_all(acc);
 }
@@ -2375,6 +2392,18 @@ struct OutSmem {
   bf16 am[kC * kLdC];
   float gam[kC];
 };
+// Wg (G = 1, see output_wgmma): the same operands in sw128 tiles, read by warpgroup products (wgmma):
+// warpgroup g computes O's columns 64 g.. (its warp w the rows 16 (w & 3)..: the mma.sync blocks' warp
+// tiles), both warpgroups A = Q Kᵀ ⊙ D whole, in registers, as the A operand of the products with U, W and v.
+// Each operand is read once per warpgroup instead of once per warp.
+struct alignas(1024) OutWgSmem {
+  bf16 sb[kD * kD];  // sw128_rows<kD>: two halves of 128 rows (k of Q̃ S along the rows)
+  bf16 q[kC * kD];   // Q, then Q̃ (each warpgroup its own half), then O (bf16) on its way out
+  bf16 k[kC * kD];
+  bf16 w[kC * kD];
+  bf16 u[kC * kD];  // U, or v (VIn)
+  float gam[kC];
+};
 
 // Each output block ends here. The last one to finish waits for the recurrence grid to complete, so that the
 // output grid completes after it and the work behind it in the stream may rely on both (the other blocks
@@ -2385,14 +2414,14 @@ __device__ __forceinline__ void finish_output_block(int32_t* blocks_done) {
 
 // Runs (G = 1, not VIn): each block takes a run of a.G chunks (the table's groups), each chunk from its own
 // start state, whose record (snapshot slot, pending decay) is per chunk.
-template <class Out, bool VIn, bool Runs>
-__global__ void __launch_bounds__(kOutThreads)
+template <class Out, bool VIn, bool Runs, bool Wg>
+__global__ void __launch_bounds__(kOutThreads, Wg ? 2 : 0)  // Wg: two blocks per multiprocessor
     output_tc_kernel(OutputArgs a, const bf16* u_all, const bf16* w_all) {
   static_assert(!(VIn && Runs), "v through memory takes one chunk per block");
   // The copies unrolled, except where the blocks run beside a dense recurrence (VIn): issued back to back
   // there, they slowed the chains beside them by more than the blocks gained (dense 32K 1.44 → 1.50 ms,
   // packed and sparse runs 1-2 % faster).
-  constexpr bool kUnrolled = !VIn;
+  constexpr bool kUnrolled = !VIn || Wg;
   constexpr int kUnroll = kUnrolled ? 8 : 1;  // the same for the stores of O
   // Blocks in the group table's order (the value heads of one group side by side; a packed batch's sequences
   // round-robin, see table_kernel), so that the blocks the scheduler hands out while the recurrence runs are
@@ -2409,10 +2438,15 @@ __global__ void __launch_bounds__(kOutThreads)
   const int64_t last = min_i64(n, first + a.G);
   const int64_t slot_base = snapshot_slot_base(gi.chunk0, s, a.HV, hv, n);
   extern __shared__ __align__(16) unsigned char smem_raw[];
-  OutSmem& sm = *reinterpret_cast<OutSmem*>(smem_raw);
+  using Smem = std::conditional_t<Wg, OutWgSmem, OutSmem>;
+  Smem& sm =
+      *reinterpret_cast<Smem*>(Wg ? smem_raw + ((1024 - (smem_addr(smem_raw) & 1023)) & 1023) : smem_raw);
   float* sf = reinterpret_cast<float*>(smem_raw + sizeof(OutSmem));  // [kD][kD] fp32, only when G > 1
+  // Where element (r, c) of a 64-row tile and of the 128-row state lies.
+  auto tile_at = [](int r, int c) { return Wg ? sw128(r, c) : r * kLd + c; };
+  auto state_at = [](int r, int c) { return Wg ? sw128_rows<kD>(r, c) : r * kLd + c; };
   constexpr bool runs = Runs;
-  const bool multi = last - first > 1 && !runs;
+  const bool multi = !Wg && last - first > 1 && !runs;
   const bf16* qp = static_cast<const bf16*>(a.q);
   const bf16* kp = static_cast<const bf16*>(a.k);
   Out* op = static_cast<Out*>(a.o);
@@ -2420,8 +2454,8 @@ __global__ void __launch_bounds__(kOutThreads)
   // needs (Q, K, γ), then W and U (VIn: one group, v travels with the snapshot).
   auto fetch_qk = [&](int64_t c) {
     const auto [t0, len, cslot] = chunk_place(gi, c, kC, a.HV, hv);
-    copy_rows<kOutThreads, kUnrolled>(sm.q, qp + (t0 * a.H + h) * kD, int64_t(a.H) * kD, len);
-    copy_rows<kOutThreads, kUnrolled>(sm.k, kp + (t0 * a.H + h) * kD, int64_t(a.H) * kD, len);
+    copy_rows_at<kOutThreads, kUnrolled>(sm.q, tile_at, qp + (t0 * a.H + h) * kD, int64_t(a.H) * kD, len);
+    copy_rows_at<kOutThreads, kUnrolled>(sm.k, tile_at, kp + (t0 * a.H + h) * kD, int64_t(a.H) * kD, len);
     if (threadIdx.x < kC / 4)
       cp_async16(sm.gam + threadIdx.x * 4, a.gamma + cslot * kC + threadIdx.x * 4, true);
     cp_async_commit();
@@ -2429,8 +2463,8 @@ __global__ void __launch_bounds__(kOutThreads)
   auto fetch_wu = [&](int64_t c) {
     if constexpr (!VIn) {
       const int64_t cslot = chunk_place(gi, c, kC, a.HV, hv).cslot;
-      copy_rows<kOutThreads, kUnrolled>(sm.w, w_all + cslot * kC * kD, kD, kC);
-      copy_rows<kOutThreads, kUnrolled>(sm.u, u_all + cslot * kC * kD, kD, kC);
+      copy_rows_at<kOutThreads, kUnrolled>(sm.w, tile_at, w_all + cslot * kC * kD, kD, kC);
+      copy_rows_at<kOutThreads, kUnrolled>(sm.u, tile_at, u_all + cslot * kC * kD, kD, kC);
       cp_async_commit();
     }
   };
@@ -2453,11 +2487,12 @@ __global__ void __launch_bounds__(kOutThreads)
   // runs: read through L2 (cp.async.cg), never from a multiprocessor's L1, which another block may have
   // filled before the write.
   auto fetch_state = [&]() {
-    copy_rows<kOutThreads, kUnrolled>(
-        sm.sb, reinterpret_cast<const bf16*>(a.snapshots) + (slot_base + start_slot) * kD * V, kD, kD, kD);
+    copy_rows_at<kOutThreads, kUnrolled>(
+        sm.sb, state_at, reinterpret_cast<const bf16*>(a.snapshots) + (slot_base + start_slot) * kD * V, kD,
+        kD, kD);
     if constexpr (VIn)
-      copy_rows<kOutThreads, kUnrolled>(sm.u, u_all + chunk_place(gi, first, kC, a.HV, hv).cslot * kC * kD,
-                                        kD, kC);
+      copy_rows_at<kOutThreads, kUnrolled>(
+          sm.u, tile_at, u_all + chunk_place(gi, first, kC, a.HV, hv).cslot * kC * kD, kD, kC);
     cp_async_commit();
   };
   // The flags of the head's four 32-column parts, one thread each: has the recurrence passed this group?
@@ -2516,8 +2551,9 @@ __global__ void __launch_bounds__(kOutThreads)
       if (next_slot != sb_slot) {  // an event in the chunk before: its snapshot, once the recurrence is past
         sb_slot = next_slot;
         wait_for_state(c);
-        copy_rows<kOutThreads, kUnrolled>(
-            sm.sb, reinterpret_cast<const bf16*>(a.snapshots) + (slot_base + sb_slot) * kD * V, kD, kD, kD);
+        copy_rows_at<kOutThreads, kUnrolled>(
+            sm.sb, state_at, reinterpret_cast<const bf16*>(a.snapshots) + (slot_base + sb_slot) * kD * V, kD,
+            kD, kD);
         cp_async_commit();
         qk_behind = 2;
         wu_behind = 1;
@@ -2531,60 +2567,135 @@ __global__ void __launch_bounds__(kOutThreads)
     // (A later chunk's groups: Q, K, γ, then W and U.)
     if (c > first && !runs) qk_behind = VIn ? 0 : 1, wu_behind = 0;
     cp_async_wait_but<2>(qk_behind);
+    if constexpr (Wg) fence_proxy_async();  // the copies, read by wgmma
     __syncthreads();
-    // A = Q Kᵀ ⊙ D ⊙ lower_incl: rows wm.., columns 32 (w >> 2)..
-    {
-      float acc[4][4] = {};
-      const int an = (warp >> 2) * 32;
-      warp_tile_mma<2, kD, false, true>(acc, sm.q, kLd, wm, sm.k, kLd, an);
-      for (int nt = 0; nt < 4; ++nt)
-        for (int half = 0; half < 2; ++half) {
-          const int i = wm + gq + half * 8, j = an + nt * 8 + tq * 2;
-          const float gi = sm.gam[i];
-          const float x0 = acc[nt][2 * half] * exp_ftz(j <= i ? gi - sm.gam[j] : -INFINITY);
-          const float x1 = acc[nt][2 * half + 1] * exp_ftz(j + 1 <= i ? gi - sm.gam[j + 1] : -INFINITY);
-          *reinterpret_cast<uint32_t*>(sm.am + i * kLdC + j) = pack_bf16(x0, x1);
-        }
-    }
-    cp_async_wait_but(wu_behind);
-    __syncthreads();  // A, W and U (VIn: S and v); every warp is done reading Q
-    float acc[8][4] = {};
-    if constexpr (VIn) {  // O = scale (carried e^γ ⊙ (Q S) + A v)
-      warp_tile_mma<4, kD, false, false>(acc, sm.q, kLd, wm, sm.sb, kLd, wn);
-      for (int half = 0; half < 2; ++half) {
-        const float e = carried * exp_ftz(sm.gam[wm + gq + half * 8]);
-        for (int nt = 0; nt < 8; ++nt)
-          for (int j = 0; j < 2; ++j) acc[nt][2 * half + j] *= e;
-      }
-      warp_tile_mma<4, kC, false, false>(acc, sm.am, kLdC, wm, sm.u, kLd, wn);
-    } else {
-      // P = A U (fp32, in registers) and Q̃ = carried (e^γ ⊙ Q − A W) over this warp's own tile of Q.
-      warp_tile_mma<4, kC, false, false>(acc, sm.am, kLdC, wm, sm.u, kLd, wn);
+    float acc[8][4] = {};  // this warp's 16 x 64 tile of O: rows wm.., columns wn..
+    if constexpr (Wg) {
+      float(&o)[32] = reinterpret_cast<float(&)[32]>(acc);
+      // A = Q Kᵀ ⊙ D ⊙ lower_incl, whole (rows wm.. of this warp), as bf16 A fragments over k = 64.
+      uint32_t af[kC / 16][4];
       {
-        float aw[8][4] = {};
-        warp_tile_mma<4, kC, false, false>(aw, sm.am, kLdC, wm, sm.w, kLd, wn);
+        float x[32];
+        abt_product(x, sm.q, sm.k);
         for (int half = 0; half < 2; ++half) {
           const int i = wm + gq + half * 8;
-          const float e = exp_ftz(sm.gam[i]);
+          const float gi = sm.gam[i];
           for (int nt = 0; nt < 8; ++nt) {
-            uint32_t* qv = reinterpret_cast<uint32_t*>(sm.q + i * kLd + wn + nt * 8 + tq * 2);
-            const float2 x = unpack_bf16(*qv);
-            *qv =
-                pack_bf16(carried * (e * x.x - aw[nt][2 * half]), carried * (e * x.y - aw[nt][2 * half + 1]));
+            const int j = nt * 8 + tq * 2;
+            x[4 * nt + 2 * half] *= exp_ftz(j <= i ? gi - sm.gam[j] : -INFINITY);
+            x[4 * nt + 2 * half + 1] *= exp_ftz(j + 1 <= i ? gi - sm.gam[j + 1] : -INFINITY);
           }
         }
+        for (int ks = 0; ks < kC / 16; ++ks)
+          for (int f = 0; f < 4; ++f) af[ks][f] = pack_bf16(x[8 * ks + 2 * f], x[8 * ks + 2 * f + 1]);
       }
-      cp_async_wait_all();
-      __syncthreads();  // Q̃ and Sb
-      // O = scale (Q̃ Sb + P)
-      warp_tile_mma<4, kD, false, false>(acc, sm.q, kLd, wm, sm.sb, kLd, wn);
+      cp_async_wait_but(wu_behind);
+      fence_proxy_async();
+      __syncthreads();  // W and U (VIn: S and v); both warpgroups are done reading Q
+      // d (+)= X S over k = 128: X in sm.q (Q or Q̃, k-major), S this warpgroup's half of Sb (mn-major).
+      auto times_state = [&](float(&d)[32], bool accumulate) {
+        const uint64_t state = sw128_desc(sm.sb + (wn >> 6) * (kD * 64));
+        wgmma_fence();
+#pragma unroll
+        for (int ks = 0; ks < kD / 16; ++ks)
+          wgmma_m64n64k16_ss_t(d, sw128_desc(sm.q + (ks >> 2) * (kC * 64)) + (ks & 3) * kSwKMajorStep,
+                               state + ks * kSwMnMajorStep, accumulate || ks);
+        wgmma_commit();
+        wgmma_wait_all(d);
+      };
+      if constexpr (VIn) {  // O = scale (carried e^γ ⊙ (Q S) + A v)
+        times_state(o, false);
+        for (int half = 0; half < 2; ++half) {
+          const float e = carried * exp_ftz(sm.gam[wm + gq + half * 8]);
+          for (int nt = 0; nt < 8; ++nt)
+            for (int j = 0; j < 2; ++j) o[4 * nt + 2 * half + j] *= e;
+        }
+        rs_product(o, af, sm.u, wn, true);
+      } else {
+        // Q̃ = carried (e^γ ⊙ Q − A W) over this warpgroup's half of Q, P = A U (in O's accumulators), then
+        // O = scale (Q̃ Sb + P) once both halves of Q̃ and Sb are there. (One product at a time: 128
+        // registers.)
+        {
+          float aw[32];
+          rs_product(aw, af, sm.w, wn);
+          for (int half = 0; half < 2; ++half) {
+            const int i = wm + gq + half * 8;
+            const float e = exp_ftz(sm.gam[i]);
+            for (int nt = 0; nt < 8; ++nt) {
+              uint32_t* qv = reinterpret_cast<uint32_t*>(sm.q + sw128(i, wn + nt * 8 + tq * 2));
+              const float2 x = unpack_bf16(*qv);
+              *qv = pack_bf16(carried * (e * x.x - aw[4 * nt + 2 * half]),
+                              carried * (e * x.y - aw[4 * nt + 2 * half + 1]));
+            }
+          }
+        }
+        rs_product(o, af, sm.u, wn);
+        cp_async_wait_all();
+        fence_proxy_async();
+        __syncthreads();  // Q̃ and Sb
+        times_state(o, true);
+      }
+    } else {
+      // A = Q Kᵀ ⊙ D ⊙ lower_incl: rows wm.., columns 32 (w >> 2)..
+      {
+        float qk[4][4] = {};
+        const int an = (warp >> 2) * 32;
+        warp_tile_mma<2, kD, false, true>(qk, sm.q, kLd, wm, sm.k, kLd, an);
+        for (int nt = 0; nt < 4; ++nt)
+          for (int half = 0; half < 2; ++half) {
+            const int i = wm + gq + half * 8, j = an + nt * 8 + tq * 2;
+            const float gi = sm.gam[i];
+            const float x0 = qk[nt][2 * half] * exp_ftz(j <= i ? gi - sm.gam[j] : -INFINITY);
+            const float x1 = qk[nt][2 * half + 1] * exp_ftz(j + 1 <= i ? gi - sm.gam[j + 1] : -INFINITY);
+            *reinterpret_cast<uint32_t*>(sm.am + i * kLdC + j) = pack_bf16(x0, x1);
+          }
+      }
+      cp_async_wait_but(wu_behind);
+      __syncthreads();      // A, W and U (VIn: S and v); every warp is done reading Q
+      if constexpr (VIn) {  // O = scale (carried e^γ ⊙ (Q S) + A v)
+        warp_tile_mma<4, kD, false, false>(acc, sm.q, kLd, wm, sm.sb, kLd, wn);
+        for (int half = 0; half < 2; ++half) {
+          const float e = carried * exp_ftz(sm.gam[wm + gq + half * 8]);
+          for (int nt = 0; nt < 8; ++nt)
+            for (int j = 0; j < 2; ++j) acc[nt][2 * half + j] *= e;
+        }
+        warp_tile_mma<4, kC, false, false>(acc, sm.am, kLdC, wm, sm.u, kLd, wn);
+      } else {
+        // P = A U (fp32, in registers) and Q̃ = carried (e^γ ⊙ Q − A W) over this warp's own tile of Q.
+        warp_tile_mma<4, kC, false, false>(acc, sm.am, kLdC, wm, sm.u, kLd, wn);
+        {
+          float aw[8][4] = {};
+          warp_tile_mma<4, kC, false, false>(aw, sm.am, kLdC, wm, sm.w, kLd, wn);
+          for (int half = 0; half < 2; ++half) {
+            const int i = wm + gq + half * 8;
+            const float e = exp_ftz(sm.gam[i]);
+            for (int nt = 0; nt < 8; ++nt) {
+              uint32_t* qv = reinterpret_cast<uint32_t*>(sm.q + i * kLd + wn + nt * 8 + tq * 2);
+              const float2 x = unpack_bf16(*qv);
+              *qv = pack_bf16(carried * (e * x.x - aw[nt][2 * half]),
+                              carried * (e * x.y - aw[nt][2 * half + 1]));
+            }
+          }
+        }
+        cp_async_wait_all();
+        __syncthreads();  // Q̃ and Sb
+        // O = scale (Q̃ Sb + P)
+        warp_tile_mma<4, kD, false, false>(acc, sm.q, kLd, wm, sm.sb, kLd, wn);
+      }
     }
     for (int nt = 0; nt < 8; ++nt)
       for (int r = 0; r < 4; ++r) acc[nt][r] *= a.scale;
     if constexpr (std::is_same_v<Out, bf16>) {
       // Through shared memory (Q̃'s tile, no longer read) so that each row leaves in 16-byte stores.
       __syncthreads();
-      store_tile_bf16(sm.q, kLd, wm, wn, acc);
+      if constexpr (Wg) {
+        for (int nt = 0; nt < 8; ++nt)
+          for (int half = 0; half < 2; ++half)
+            *reinterpret_cast<uint32_t*>(sm.q + sw128(wm + gq + half * 8, wn + nt * 8 + tq * 2)) =
+                pack_bf16(acc[nt][2 * half], acc[nt][2 * half + 1]);
+      } else {
+        store_tile_bf16(sm.q, kLd, wm, wn, acc);
+      }
       __syncthreads();
       // 16 threads per row, rows r0, r0 + 16, ...: constant strides, unrolled as the copies are.
       constexpr int kPieces = kD / 8, kRowStep = kOutThreads / kPieces;
@@ -2594,7 +2705,7 @@ __global__ void __launch_bounds__(kOutThreads)
       for (int pass = 0; pass < kC / kRowStep; ++pass, to += kRowStep * a.HV * V)
         if (r0 + pass * kRowStep < len)
           *reinterpret_cast<uint4*>(to) =
-              *reinterpret_cast<const uint4*>(sm.q + (r0 + pass * kRowStep) * kLd + part * 8);
+              *reinterpret_cast<const uint4*>(sm.q + tile_at(r0 + pass * kRowStep, part * 8));
     } else {
       for (int nt = 0; nt < 8; ++nt)
         for (int half = 0; half < 2; ++half) {
@@ -2604,7 +2715,7 @@ __global__ void __launch_bounds__(kOutThreads)
                 make_float2(acc[nt][2 * half], acc[nt][2 * half + 1]);
         }
     }
-    if (!VIn && !runs && c + 1 < last) {
+    if (!Wg && !VIn && !runs && c + 1 < last) {
       // S_loc = e^Γ S_loc + Kᵀ (e^{Γ−γ} ⊙ (U − W Sb)): the scaled v (bf16) goes over W once every warp has
       // read W, then warp w updates rows 16w...
       const float big_gamma = sm.gam[len - 1];
@@ -2727,9 +2838,11 @@ std::string rec_tma_maps(RecTmaMaps& m, const bf16* w, const bf16* u, int64_t sl
 int64_t recurrence_tc_blocks(const Problem& p, int columns = kTcTile) {
   return p.num_seqs * p.v_heads * (kD / columns);
 }
-size_t output_tc_smem(bool multi) {
+size_t output_tc_smem(bool multi, bool wg) {
+  if (wg) return sizeof(OutWgSmem) + 1024;  // and the alignment of the block's region to 1024 bytes
   return sizeof(OutSmem) + (multi ? size_t(kD) * kD * 4 : 0);
 }
+static_assert(2 * (sizeof(OutWgSmem) + 1024 + 1024) <= 228 * 1024, "outputs (wgmma): two per multiprocessor");
 }  // namespace tc
 
 // ---------------------------------------------------------------------------------------------------------
@@ -2767,7 +2880,7 @@ size_t output_smem(const Problem& p) {
 
 // The measuring aids below are environment variables holding one digit (SGDN_CUDA_STAGE_TIMING=1,
 // SGDN_CUDA_SERIAL_OUTPUTS=1, SGDN_CUDA_REC_STAGES=2|3, SGDN_CUDA_REC_WIDE=0|1, SGDN_CUDA_V_THROUGH=0|1,
-// SGDN_CUDA_REC_WARPS=4|8, SGDN_CUDA_OUT_RUN=1|2|4, SGDN_CUDA_REC_WG=0|1);
+// SGDN_CUDA_REC_WARPS=4|8, SGDN_CUDA_OUT_RUN=1|2|4, SGDN_CUDA_REC_WG=0|1, SGDN_CUDA_OUT_WG=0);
 // anything else, or unset, reads as -1 (off).
 int measuring_switch(const char* name) {
   const char* env = std::getenv(name);
@@ -2837,18 +2950,36 @@ int recurrence_warps(const Problem& p, int columns) {
 }
 // Whether the tensor-core recurrence leaves each chunk's v = U − W S in U's place for the output stage, which
 // then computes O = scale (e^γ ⊙ (Q S) + A v) instead of recomputing W S: for the dense selector with G = 1
-// (every chunk an event, one chunk per output block), unless 32-column recurrence blocks share a
-// multiprocessor. With at most one recurrence block per multiprocessor the output blocks beside the chains do
-// 20 % less work (outputs alone at 32K 0.590 → 0.528 ms) for a chain 5 % longer (0.926 → 0.976 ms): forwards
-// 0.5-1 % faster (16K 0.807 → 0.800, 128K 6.182 → 6.127 ms). Two 32-column blocks per multiprocessor (a
-// packed batch forced to 32 columns) lose more to the extra stores than the outputs save (4 x 8K 1.526 →
-// 1.542 ms); two 64-column blocks gain (4 x 8K 1.410 → 1.397, 1.406 → 1.393 ms in two pairs of runs).
-// SGDN_CUDA_V_THROUGH=0 or 1 forces it off or on for the dense selector with G = 1 (a measuring aid).
-bool v_through_memory(const Problem& p, int multiprocessors, int columns) {
+// (every chunk an event, one chunk per output block), with 64-column recurrence blocks (packed batches:
+// two share a multiprocessor and the outputs follow them; 4 x 8K 1.410 → 1.397, 1.406 → 1.393 ms in two
+// pairs of runs with mma.sync output blocks, 1.125 → 1.116 and 1.129 → 1.109 with the warpgroup ones, v35).
+// Not with 32 columns (B = 1): there the output blocks run beside the chains, and since they are warpgroup
+// blocks (v35) the chain's 5 % for the v stores costs more than the outputs save (dense 16K 0.662 → 0.639,
+// 32K 1.310 → 1.241 ms; with the mma.sync output blocks it had paid, 32K 0.926 → 0.976 ms of chain for
+// outputs 0.590 → 0.528, forwards 0.5-1 % faster). SGDN_CUDA_V_THROUGH=0 or 1 forces it off or on for the
+// dense selector with G = 1 (a measuring aid).
+bool v_through_memory(const Problem& p, int columns) {
   if (p.selector != SelectorKind::dense || p.group != 1) return false;
   const int forced = measuring_switch("SGDN_CUDA_V_THROUGH");
   if (forced == 0 || forced == 1) return forced == 1;
-  return columns == 64 || tc::recurrence_tc_blocks(p, 32) <= multiprocessors;
+  return columns == 64;
+}
+// Whether the tensor-core output blocks compute with warpgroup products (wgmma, operands in sw128 tiles:
+// output_tc_kernel's Wg) rather than mma.sync: with G = 1, the only form they have. Measured: see
+// experiments/perf/NOTES.md, v35. SGDN_CUDA_OUT_WG=0 keeps mma.sync (a measuring aid).
+bool output_wgmma(const Problem& p) {
+  return p.group == 1 && measuring_switch("SGDN_CUDA_OUT_WG") != 0;
+}
+// The output kernel for the output dtype, v read from the recurrence (VIn) or runs of chunks.
+template <bool Wg>
+auto output_variant(bool out_bf16, bool v_in, bool runs) {
+  using tc::output_tc_kernel;
+  return v_in   ? (out_bf16 ? output_tc_kernel<__nv_bfloat16, true, false, Wg>
+                            : output_tc_kernel<float, true, false, Wg>)
+         : runs ? (out_bf16 ? output_tc_kernel<__nv_bfloat16, false, true, Wg>
+                            : output_tc_kernel<float, false, true, Wg>)
+                : (out_bf16 ? output_tc_kernel<__nv_bfloat16, false, false, Wg>
+                            : output_tc_kernel<float, false, false, Wg>);
 }
 // Chunks per output block of the tensor-core path with G = 1 and a sparse selector (the dense one with G = 1
 // reads v from the recurrence, one chunk per block): each block takes a run of chunks, each from its own
@@ -3126,7 +3257,7 @@ std::string forward(const Problem& p, const DeviceTensors& t, void* workspace, s
                    ws.statistic};
   const dim3 chunk_grid{unsigned(nmax), unsigned(HV), 1u};
   const int rec_columns = use_tc ? recurrence_columns(p, sms) : 0;
-  const bool v_in_u = use_tc && v_through_memory(p, sms, rec_columns);
+  const bool v_in_u = use_tc && v_through_memory(p, rec_columns);
   auto* u_tc = reinterpret_cast<__nv_bfloat16*>(ws.u);
   auto* w_tc = reinterpret_cast<__nv_bfloat16*>(ws.w);
   std::string err;
@@ -3309,13 +3440,10 @@ std::string forward(const Problem& p, const DeviceTensors& t, void* workspace, s
   if (use_tc) {
     // Groups of g = out_group chunks: at most Σ ceil(n_s / g) <= (Σ n_s + S (g − 1)) / g, and Σ n_s <= nmax.
     const dim3 grid{unsigned((nmax + S * (out_group - 1) + out_group - 1) / out_group * HV), 1u, 1u};
-    const size_t smem = tc::output_tc_smem(p.group > 1);
-    const auto out_kernel = v_in_u       ? (out_bf16 ? tc::output_tc_kernel<__nv_bfloat16, true, false>
-                                                     : tc::output_tc_kernel<float, true, false>)
-                            : chunk_runs ? (out_bf16 ? tc::output_tc_kernel<__nv_bfloat16, false, true>
-                                                     : tc::output_tc_kernel<float, false, true>)
-                                         : (out_bf16 ? tc::output_tc_kernel<__nv_bfloat16, false, false>
-                                                     : tc::output_tc_kernel<float, false, false>);
+    const bool wg = output_wgmma(p);
+    const size_t smem = tc::output_tc_smem(p.group > 1, wg);
+    const auto out_kernel = wg ? output_variant<true>(out_bf16, v_in_u, chunk_runs)
+                               : output_variant<false>(out_bf16, v_in_u, chunk_runs);
     err = launch_kernel("output_tc_kernel", out_kernel, grid, tc::kOutThreads, smem, stream, true, out, u_tc,
                         w_tc);
   } else if (bf16)

@@ -603,12 +603,12 @@ TEST_CASE("CUDA tensor-core path matches float64 within the bf16 bound", "[gpu][
       {make_shape(1, 256, 1, 4), true, 3},
       {make_shape(1, 7, 1, 2), false, 1},
       {make_shape(1, 64 * 40, 2, 4), false, 4},
-      // 301 chunks: progress published many times and a second mask window (256 chunks), with v from memory
+      // 301 chunks: progress published many times and a second mask window (256 chunks)
       {make_shape(1, 64 * 300 + 9, 1, 2), true, 1},
       // More 32-column recurrence blocks (2 x 32 heads x 4 tiles) than multiprocessors (132 on the H200):
       // 128 blocks of 64 columns. With the dense selector and G = 1, v = U − W S goes from the recurrence to
-      // the output stage through memory (at 32 columns only with at most one block per multiprocessor; the
-      // cases with G > 1 recompute it in the output stage).
+      // the output stage through memory (at 64 columns; at 32 only when forced, as in the 8-warp runs below;
+      // the cases with G > 1 recompute it in the output stage).
       {make_shape(2, 64 * 5 + 7, 8, 32), true, 1},
       // 6 x 32 heads: 384 blocks of 64 columns, two per multiprocessor, in more than one wave; then 4 x 32
       // heads with G = 2, 64-column blocks with v recomputed in the output stage
@@ -621,10 +621,14 @@ TEST_CASE("CUDA tensor-core path matches float64 within the bf16 bound", "[gpu][
     const TokenRecurrenceResult ref = token_recurrence(in.cast<double>());
     // The dense selector's recurrence blocks have 4 warps at 32 columns (the small cases) and are warpgroup
     // (wgmma) blocks at 64 (the 32-head ones); mma.sync blocks of 8 warps (which a sparse selector's
-    // 32-column blocks keep) are forced once too, at both widths.
+    // 32-column blocks keep) are forced once too, at both widths, and with them the mma.sync output blocks
+    // (G = 1 has warpgroup output blocks by default; G > 1 has only the mma.sync ones) and v through memory
+    // (G = 1; by default only at 64 columns).
     for (const char* warps : {"", "8"}) {
       const ScopedEnv rec_warps("SGDN_CUDA_REC_WARPS", warps);
       const ScopedEnv mma_sync("SGDN_CUDA_REC_WG", *warps ? "0" : "");
+      const ScopedEnv mma_sync_outputs("SGDN_CUDA_OUT_WG", *warps ? "0" : "");
+      const ScopedEnv v_through("SGDN_CUDA_V_THROUGH", *warps ? "1" : "");
       Strategies s = make_strategies("exact", {}, "survival", "dense", {}, 64, cs.group, Granularity::pair);
       for (bool out16 : {false, true}) {
         CudaRunOptions options;
@@ -663,14 +667,20 @@ TEST_CASE("CUDA tensor-core path matches float64 within the bf16 bound", "[gpu][
                               : std::map<std::string, std::string>{{"block", "16"}, {"band", "1"}},
             sel == "topk" || sel == "stride" || sel == "random" ? "survival" : "update_norm",
             capped ? "head_budget" : sel, params, 64, group, Granularity::pair);
-        const TcAgainstCpu r = run_tc_against_cpu(in, s.config);
-        ++configurations;
-        INFO("tc sparse " << sel << " " << solver << " G " << group);
-        CHECK(rel_error(r.gpu.event_score, r.cpu.event_score) <= 1e-2);
-        CHECK(double(r.differ) <= 0.05 * double(r.gpu.event_mask.size()));
-        if (r.differ) continue;
-        ++compared;
-        worst = std::max(worst, check_tc_outputs(r));
+        // G = 1 with the warpgroup output blocks (the default) and the mma.sync ones.
+        for (const char* out_wg : {"", "0"}) {
+          if (group > 1 && *out_wg) continue;
+          const ScopedEnv output_blocks("SGDN_CUDA_OUT_WG", out_wg);
+          const TcAgainstCpu r = run_tc_against_cpu(in, s.config);
+          ++configurations;
+          INFO("tc sparse " << sel << " " << solver << " G " << group
+                            << (*out_wg ? ", mma.sync outputs" : ""));
+          CHECK(rel_error(r.gpu.event_score, r.cpu.event_score) <= 1e-2);
+          CHECK(double(r.differ) <= 0.05 * double(r.gpu.event_mask.size()));
+          if (r.differ) continue;
+          ++compared;
+          worst = std::max(worst, check_tc_outputs(r));
+        }
       }
   std::printf("tc sparse vs run_cpu: %d of %d configurations with equal masks compared\n", compared,
               configurations);
@@ -779,13 +789,19 @@ TEST_CASE("CUDA tensor-core outputs beside the recurrence equal the serial launc
   options.output_precision = CudaPrecision::bfloat16;
   options.tensor_cores = true;
   // 32-column blocks (mma.sync), 64-column blocks on one warpgroup (wgmma), 64-column blocks of 4 warps
-  // (mma.sync, SGDN_CUDA_REC_WG=0)
-  const std::pair<const char*, const char*> kernels[] = {{"0", ""}, {"1", ""}, {"1", "0"}};
-  for (const auto& [wide, wgmma] : kernels)
+  // (mma.sync, SGDN_CUDA_REC_WG=0); the output blocks with G = 1 on warpgroups (wgmma) and, once, with
+  // mma.sync (SGDN_CUDA_OUT_WG=0)
+  struct Kernels {
+    const char *wide, *wgmma, *out_wgmma;
+  };
+  const Kernels kernels[] = {{"0", "", ""}, {"1", "", ""}, {"1", "0", ""}, {"0", "", "0"}};
+  for (const auto& [wide, wgmma, out_wgmma] : kernels)
     for (const std::string sel : {"head_budget", "dense"})
       for (int64_t group : {1, 3}) {
+        if (*out_wgmma && group > 1) continue;  // G > 1 has only mma.sync output blocks
         const ScopedEnv columns("SGDN_CUDA_REC_WIDE", wide);
         const ScopedEnv warpgroup("SGDN_CUDA_REC_WG", wgmma);
+        const ScopedEnv output_blocks("SGDN_CUDA_OUT_WG", out_wgmma);
         const Strategies s =
             sel == "dense"
                 ? make_strategies("exact", {}, "survival", "dense", {}, 64, group, Granularity::pair)
@@ -799,8 +815,8 @@ TEST_CASE("CUDA tensor-core outputs beside the recurrence equal the serial launc
         int64_t kept = 0;
         for (uint8_t m : serial.event_mask.values()) kept += m;
         INFO(sel << " G " << group << ", " << (*wide == '1' ? 64 : 32) << "-column recurrence blocks"
-                 << (*wgmma ? " (mma.sync)" : "") << ", " << kept << " of " << serial.event_mask.size()
-                 << " events kept");
+                 << (*wgmma ? " (mma.sync)" : "") << (*out_wgmma ? ", mma.sync output blocks" : "") << ", "
+                 << kept << " of " << serial.event_mask.size() << " events kept");
         CHECK((kept < serial.event_mask.size()) == (sel != "dense"));
         for (int repeat = 0; repeat < 6; ++repeat) {
           const bool other_stages = repeat == 3;
@@ -901,7 +917,7 @@ TEST_CASE("CUDA small sparse case for the sanitizers", "[gpu][small]") {
   check_varlen(vc);
   // The tensor-core kernels (K = V = 128, bf16): packed, ragged, an empty sequence, G = 2, sparse and dense;
   // then G = 1 (sparse with `stride`, whose mask needs no score and so always equals the CPU's: the outputs
-  // are always compared; also with runs of 2 and 4 chunks per output block; dense: v through memory).
+  // are always compared; also with runs of 2 and 4 chunks per output block).
   VarlenCase tc = tc_varlen_case({150, 0, 70}, 1, 2);
   tc.group = 2;
   check_varlen(tc);
@@ -923,6 +939,12 @@ TEST_CASE("CUDA small sparse case for the sanitizers", "[gpu][small]") {
   tc.selector = "dense";
   tc.selector_params = {};
   check_varlen(tc);
+  {
+    // v through memory with 32-column recurrence blocks (a measuring aid's path; by default only 64-column
+    // blocks take it), past the sequences' ragged ends and the empty one
+    const ScopedEnv v_through("SGDN_CUDA_V_THROUGH", "1");
+    check_varlen(tc);
+  }
 }
 
 // Inputs uploaded once serve several runs (a selector sweep on one workload) with the results of a run that
