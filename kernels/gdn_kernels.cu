@@ -2420,7 +2420,8 @@ __global__ void __launch_bounds__(kOutThreads, Wg ? 2 : 0)  // Wg: two blocks pe
   static_assert(!(VIn && Runs), "v through memory takes one chunk per block");
   // The copies unrolled, except where the blocks run beside a dense recurrence (VIn): issued back to back
   // there, they slowed the chains beside them by more than the blocks gained (dense 32K 1.44 → 1.50 ms,
-  // packed and sparse runs 1-2 % faster).
+  // packed and sparse runs 1-2 % faster). The warpgroup blocks (Wg) unroll them everywhere: their loop form
+  // spilled 116 bytes at 128 registers (v35), and the B = 1 dense runs beside the chains measured no slower.
   constexpr bool kUnrolled = !VIn || Wg;
   constexpr int kUnroll = kUnrolled ? 8 : 1;  // the same for the stores of O
   // Blocks in the group table's order (the value heads of one group side by side; a packed batch's sequences
