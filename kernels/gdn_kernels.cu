@@ -501,6 +501,16 @@ __global__ void __launch_bounds__(kThreads) prepare_kernel(PrepareArgs a) {
 }
 
 // ---------------------------------------------------------------------------------------------------------
+// The score of unit u's chunk c (a sequence's [units, n] block at `base`): its per_unit heads' scores summed
+// in double, rounded once (the CPU selectors' sum).
+__device__ __forceinline__ float unit_score_of(const float* head_score, int64_t base, int64_t n, int per_unit,
+                                               int u, int64_t c) {
+  double sum = 0.0;
+  for (int j = 0; j < per_unit; ++j) sum += double(head_score[base + (int64_t(u) * per_unit + j) * n + c]);
+  return float(sum);
+}
+
+// ---------------------------------------------------------------------------------------------------------
 // 3. Scores per (sequence, value head), then unit scores. One block per sequence, one thread per head.
 // One warp per value head (block = 1024 threads): `survival`'s backward recurrence p_c = 1 + e^{Γ_{c+1}}
 // p_{c+1} runs as 32 contiguous segments, one per lane: each lane composes its segment's affine map in
@@ -523,7 +533,8 @@ __global__ void __launch_bounds__(1024)
     if (kind == ScoreKind::none) {
       for (int64_t c = lane; c < n; c += 32) out[c] = 0.f;
     } else if (kind == ScoreKind::update_norm) {
-      for (int64_t c = lane; c < n; c += 32) out[c] = stat[c];
+      if (out != stat)  // else the pre-pass wrote the scores in place
+        for (int64_t c = lane; c < n; c += 32) out[c] = stat[c];
     } else {
       const int64_t seg = (n + 31) / 32;
       const int64_t first = min_i64(n, lane * seg), end = min_i64(n, first + seg);
@@ -564,11 +575,8 @@ __global__ void __launch_bounds__(1024)
   __syncthreads();
   const int per_unit = HV / units;  // r under pair, 1 under head
   for (int u = 0; u < units; ++u)
-    for (int64_t c = threadIdx.x; c < n; c += blockDim.x) {
-      double sum = 0.0;
-      for (int j = 0; j < per_unit; ++j) sum += double(head_score[base + (u * per_unit + j) * n + c]);
-      unit_score[base + u * n + c] = float(sum);
-    }
+    for (int64_t c = threadIdx.x; c < n; c += blockDim.x)
+      unit_score[base + u * n + c] = unit_score_of(head_score, base, n, per_unit, u, c);
   (void)ratio;
 }
 
@@ -595,11 +603,17 @@ __device__ __forceinline__ void decode_key(uint64_t key, int units, int tie_bits
   *u = int(t % units);
 }
 
-// Sequence s's keys, event e = u n + c of its [units, n] block at `base` (every thread of the block).
-__device__ void write_keys(const float* unit_score, int64_t base, int64_t n, int units, int tie_bits,
+// Sequence s's keys, event e = u n + c of its [units, n] block at `base`, from score_of(u, c) (every thread
+// of the block, all of the events at once: a loop over the units would leave most threads idle where n is
+// short and wait on one round trip per unit; e < 2^31, checked by check_problem, so the division is 32-bit).
+template <class ScoreOf>
+__device__ void write_keys(ScoreOf score_of, int64_t base, int64_t n, int units, int tie_bits,
                            uint64_t* keys) {
-  for (int64_t e = threadIdx.x; e < n * units; e += blockDim.x)
-    keys[base + e] = score_key(unit_score[base + e], e % n, units, int(e / n), tie_bits);
+  const int32_t n32 = int32_t(n), items = n32 * units;
+  for (int32_t e = threadIdx.x; e < items; e += blockDim.x) {
+    const int32_t u = e / n32, c = e - u * n32;
+    keys[base + e] = score_key(score_of(u, c), c, units, u, tie_bits);
+  }
 }
 
 // Keys and segment bounds; per_unit: one segment per (sequence, unit), else one per sequence.
@@ -609,7 +623,7 @@ __global__ void build_keys_kernel(const int32_t* chunk_offset, int HV, int units
   const int64_t s = blockIdx.x;
   const int64_t n = chunk_offset[s + 1] - chunk_offset[s];
   const int64_t base = int64_t(chunk_offset[s]) * HV;
-  write_keys(unit_score, base, n, units, tie_bits, keys);
+  write_keys([&](int u, int64_t c) { return unit_score[base + u * n + c]; }, base, n, units, tie_bits, keys);
   if (per_unit) {
     for (int u = threadIdx.x; u < units; u += blockDim.x) {
       seg_begin[s * units + u] = int32_t(base + u * n);
@@ -652,9 +666,11 @@ __global__ void mark_ranks_kernel(const int32_t* chunk_offset, int HV, int units
 // largest keys (unique: score above the event's tie rank, so ties go to the earlier chunk as on the CPU).
 // A radix select finds the B-th largest key 8 bits at a time from the top (a histogram of the keys that
 // match the digits found so far, then the digit where the count from the top reaches B), instead of sorting.
+// The unit scores are summed here from the heads' (no score kernel before it for update_norm, whose head
+// scores the pre-pass writes: one kernel fewer on the selection's critical path, v36).
 __global__ void __launch_bounds__(1024)
     select_budget_kernel(const int32_t* chunk_offset, int HV, int units, int tie_bits, double rho,
-                         const float* unit_score, uint64_t* keys, uint8_t* unit_mask) {
+                         const float* head_score, uint64_t* keys, uint8_t* unit_mask) {
   wait_for_previous_grid();
   let_next_grid_start();
   using BlockScan = cub::BlockScan<int, 1024>;
@@ -667,7 +683,9 @@ __global__ void __launch_bounds__(1024)
   const int64_t base = int64_t(chunk_offset[s]) * HV;
   const int64_t items = n * units, budget = budget_of(rho, items);
   if (budget <= 0) return;
-  write_keys(unit_score, base, n, units, tie_bits, keys);
+  const int per_unit = HV / units;
+  write_keys([&](int u, int64_t c) { return unit_score_of(head_score, base, n, per_unit, u, c); }, base, n,
+             units, tie_bits, keys);
   if (threadIdx.x == 0) {
     prefix = 0;
     still = budget;
@@ -1554,7 +1572,7 @@ __global__ void __launch_bounds__(kPrepThreads, 4)
   // The chunk table (and a dense run's selection) complete. No early start for the kernel after this one: a
   // 2-stage recurrence placed while the last pre-pass blocks run would put two blocks on some
   // multiprocessors (measured: dense 32K-128K 3-4 % slower), where one each leaves room for an output block.
-  // (A dense run with a score has the score kernel, S blocks, between them.)
+  // (A dense run with the survival score has the score kernel, S blocks, between them.)
   wait_for_previous_grid();
   // One block per (chunk record, value head), the value heads of a chunk side by side: they read the same
   // rows of K (a head pair the same K), and together whole rows of K and V.
@@ -2412,6 +2430,23 @@ __device__ __forceinline__ void finish_output_block(int32_t* blocks_done) {
   if (threadIdx.x == 0 && atomicAdd(blocks_done, 1) == int32_t(gridDim.x) - 1) wait_for_previous_grid();
 }
 
+// The factor of A = Q Kᵀ ⊙ D ⊙ lower_incl at row i, column j: e^{γ_i − γ_j} on and below the diagonal, else
+// 0 (e^−inf: no branch).
+__device__ __forceinline__ float causal_decay(int i, int j, float gamma_i, const float* gam) {
+  return exp_ftz(j <= i ? gamma_i - gam[j] : -INFINITY);
+}
+// One warp's m16 x (8 NT) accumulator tile at (m0, n0), rounded to bf16, into a tile whose element (r, c)
+// lies at dst + at(r, c) (row-major or sw128).
+template <int NT, class At>
+__device__ __forceinline__ void store_tile_bf16_in(bf16* dst, At at, int m0, int n0,
+                                                   const float (&acc)[NT][4]) {
+  const int lane = threadIdx.x & 31, gq = lane >> 2, tq = lane & 3;
+  for (int nt = 0; nt < NT; ++nt)
+    for (int half = 0; half < 2; ++half)
+      *reinterpret_cast<uint32_t*>(dst + at(m0 + gq + half * 8, n0 + nt * 8 + tq * 2)) =
+          pack_bf16(acc[nt][2 * half], acc[nt][2 * half + 1]);
+}
+
 // Runs (G = 1, not VIn): each block takes a run of a.G chunks (the table's groups), each chunk from its own
 // start state, whose record (snapshot slot, pending decay) is per chunk.
 template <class Out, bool VIn, bool Runs, bool Wg>
@@ -2442,7 +2477,8 @@ __global__ void __launch_bounds__(kOutThreads, Wg ? 2 : 0)  // Wg: two blocks pe
   using Smem = std::conditional_t<Wg, OutWgSmem, OutSmem>;
   Smem& sm =
       *reinterpret_cast<Smem*>(Wg ? smem_raw + ((1024 - (smem_addr(smem_raw) & 1023)) & 1023) : smem_raw);
-  float* sf = reinterpret_cast<float*>(smem_raw + sizeof(OutSmem));  // [kD][kD] fp32, only when G > 1
+  // [kD][kD] fp32 behind OutSmem, only when G > 1 (never in the warpgroup form)
+  float* sf = Wg ? nullptr : reinterpret_cast<float*>(smem_raw + sizeof(OutSmem));
   // Where element (r, c) of a 64-row tile and of the 128-row state lies.
   auto tile_at = [](int r, int c) { return Wg ? sw128(r, c) : r * kLd + c; };
   auto state_at = [](int r, int c) { return Wg ? sw128_rows<kD>(r, c) : r * kLd + c; };
@@ -2583,8 +2619,8 @@ __global__ void __launch_bounds__(kOutThreads, Wg ? 2 : 0)  // Wg: two blocks pe
           const float gi = sm.gam[i];
           for (int nt = 0; nt < 8; ++nt) {
             const int j = nt * 8 + tq * 2;
-            x[4 * nt + 2 * half] *= exp_ftz(j <= i ? gi - sm.gam[j] : -INFINITY);
-            x[4 * nt + 2 * half + 1] *= exp_ftz(j + 1 <= i ? gi - sm.gam[j + 1] : -INFINITY);
+            x[4 * nt + 2 * half] *= causal_decay(i, j, gi, sm.gam);
+            x[4 * nt + 2 * half + 1] *= causal_decay(i, j + 1, gi, sm.gam);
           }
         }
         for (int ks = 0; ks < kC / 16; ++ks)
@@ -2646,8 +2682,8 @@ __global__ void __launch_bounds__(kOutThreads, Wg ? 2 : 0)  // Wg: two blocks pe
           for (int half = 0; half < 2; ++half) {
             const int i = wm + gq + half * 8, j = an + nt * 8 + tq * 2;
             const float gi = sm.gam[i];
-            const float x0 = qk[nt][2 * half] * exp_ftz(j <= i ? gi - sm.gam[j] : -INFINITY);
-            const float x1 = qk[nt][2 * half + 1] * exp_ftz(j + 1 <= i ? gi - sm.gam[j + 1] : -INFINITY);
+            const float x0 = qk[nt][2 * half] * causal_decay(i, j, gi, sm.gam);
+            const float x1 = qk[nt][2 * half + 1] * causal_decay(i, j + 1, gi, sm.gam);
             *reinterpret_cast<uint32_t*>(sm.am + i * kLdC + j) = pack_bf16(x0, x1);
           }
       }
@@ -2689,14 +2725,7 @@ __global__ void __launch_bounds__(kOutThreads, Wg ? 2 : 0)  // Wg: two blocks pe
     if constexpr (std::is_same_v<Out, bf16>) {
       // Through shared memory (Q̃'s tile, no longer read) so that each row leaves in 16-byte stores.
       __syncthreads();
-      if constexpr (Wg) {
-        for (int nt = 0; nt < 8; ++nt)
-          for (int half = 0; half < 2; ++half)
-            *reinterpret_cast<uint32_t*>(sm.q + sw128(wm + gq + half * 8, wn + nt * 8 + tq * 2)) =
-                pack_bf16(acc[nt][2 * half], acc[nt][2 * half + 1]);
-      } else {
-        store_tile_bf16(sm.q, kLd, wm, wn, acc);
-      }
+      store_tile_bf16_in(sm.q, tile_at, wm, wn, acc);
       __syncthreads();
       // 16 threads per row, rows r0, r0 + 16, ...: constant strides, unrolled as the copies are.
       constexpr int kPieces = kD / 8, kRowStep = kOutThreads / kPieces;
@@ -2985,16 +3014,27 @@ auto output_variant(bool out_bf16, bool v_in, bool runs) {
 // Chunks per output block of the tensor-core path with G = 1 and a sparse selector (the dense one with G = 1
 // reads v from the recurrence, one chunk per block): each block takes a run of chunks, each from its own
 // start state (G = 1 all the same), so that the chunks after a skipped one reuse the snapshot already in
-// shared memory and the block's start (its table entry, records and flags) is paid once per run. The longest
-// run of 4 or 2 that still leaves at least 16 blocks per multiprocessor (8 waves of two), else 1: fewer,
-// longer blocks end more unevenly. Measured (sparse-default, two calls each, ms, runs of 1 / 2 / 4): 16K
-// 0.636 / 0.620 / 0.630, 32K 1.230 / 1.200 / 1.194, 128K 4.84 / 4.69-4.72 / 4.63-4.64, 4 x 8K 1.126 /
-// 1.090-1.102 / 1.074, 2 x 16K 1.155 / 1.118-1.129 / 1.103-1.110.
-// SGDN_CUDA_OUT_RUN=1|2|4 forces it (a measuring aid).
+// shared memory and the block's start (its table entry, records and flags) is paid once per run. For a
+// packed batch (the outputs' work counts there) the longest run of 4 or 2 that still leaves at least 16
+// blocks per multiprocessor (8 waves of two), else 1: fewer, longer blocks end more unevenly. Measured with
+// the mma.sync output blocks (sparse-default, two calls each, ms, runs of 1 / 2 / 4): 16K 0.636 / 0.620 /
+// 0.630, 32K 1.230 / 1.200 / 1.194, 128K 4.84 / 4.69-4.72 / 4.63-4.64, 4 x 8K 1.126 / 1.090-1.102 / 1.074,
+// 2 x 16K 1.155 / 1.118-1.129 / 1.103-1.110. Since the warpgroup output blocks (v35), one sequence under a
+// selector whose busiest chain may hold every chunk (head_budget without a cap, threshold) takes runs of 1:
+// there that chain sets the time and the outputs of its last chunks are what follows it, so shorter blocks
+// end sooner after it (sparse-default, one call, 2026-12-01 03:27Z, runs of 1 / 2 / 4 (2 at 16K, the default
+// then): 16K 0.552 / 0.564 / 0.567 and 0.552, 32K 1.065 / 1.081 / 1.075 and 1.076, 64K 2.090 / 2.106 /
+// 2.108 and 2.109, 128K 4.167 / 4.188 / 4.184 and 4.191; 4 x 8K 0.920 / 0.893 / 0.879, 2 x 16K 0.960 /
+// 0.935 / 0.923). Bounded chains keep the runs, whose outputs are then what counts (head_budget capped at
+// 0.4, 03:51Z, runs of 1 / 4: 32K 1.168 / 1.118, 128K 4.290 / 4.096 ms). SGDN_CUDA_OUT_RUN=1|2|4 forces it
+// (a measuring aid).
 int output_run(const Problem& p, int multiprocessors) {
   if (!p.uses_tensor_cores() || p.group != 1 || p.selector == SelectorKind::dense) return 1;
   const int forced = measuring_switch("SGDN_CUDA_OUT_RUN");
   if (forced == 1 || forced == 2 || forced == 4) return forced;
+  const bool chains_unbounded = (p.selector == SelectorKind::head_budget && p.max_fraction >= 1) ||
+                                p.selector == SelectorKind::threshold;
+  if (p.num_seqs == 1 && chains_unbounded) return 1;
   const int64_t blocks_of_one = p.max_chunks() * p.v_heads, enough = int64_t(16) * multiprocessors;
   return blocks_of_one >= 4 * enough ? 4 : blocks_of_one >= 2 * enough ? 2 : 1;
 }
@@ -3237,25 +3277,12 @@ std::string forward(const Problem& p, const DeviceTensors& t, void* workspace, s
 
   timer.mark("table");
   // 2. pre-pass
-  PrepareArgs prep{t.k,
-                   t.v,
-                   t.g,
-                   t.beta,
-                   ws.chunk_offset,
-                   ws.chunk_info,
-                   p.qk_heads,
-                   HV,
-                   p.key_dim,
-                   p.value_dim,
-                   p.chunk,
-                   p.solver_block,
-                   p.solver_band >= p.chunk / p.solver_block ? -1 : p.solver_band,
-                   p.score != ScoreKind::none,
-                   ws.gamma,
-                   ws.u,
-                   ws.w,
-                   ws.chunk_decay,
-                   ws.statistic};
+  PrepareArgs prep{t.k, t.v, t.g, t.beta, ws.chunk_offset, ws.chunk_info, p.qk_heads, HV, p.key_dim,
+                   p.value_dim, p.chunk, p.solver_block,
+                   p.solver_band >= p.chunk / p.solver_block ? -1 : p.solver_band, p.score != ScoreKind::none,
+                   ws.gamma, ws.u, ws.w, ws.chunk_decay,
+                   // update_norm is the statistic itself: the head scores, written in place
+                   p.score == ScoreKind::update_norm ? head_score : ws.statistic};
   const dim3 chunk_grid{unsigned(nmax), unsigned(HV), 1u};
   const int rec_columns = use_tc ? recurrence_columns(p, sms) : 0;
   const bool v_in_u = use_tc && v_through_memory(p, rec_columns);
@@ -3272,11 +3299,15 @@ std::string forward(const Problem& p, const DeviceTensors& t, void* workspace, s
   if (!err.empty()) return err;
 
   timer.mark("prepare");
-  // 3. scores
-  if (!(dense && no_scores)) {
+  // 3. scores. None to compute for update_norm (the pre-pass wrote them) where no unit scores are read after:
+  // the dense selector, and head_budget without floor or cap (its select kernel sums the units itself).
+  const bool plain_budget =
+      p.selector == SelectorKind::head_budget && p.min_per_head == 0 && p.max_fraction >= 1;
+  const bool scores_written = p.score == ScoreKind::update_norm && (dense || plain_budget);
+  if (!(dense && no_scores) && !scores_written) {
     err = launch_kernel("score_kernel", score_kernel, dim3(unsigned(S)), 1024, 0, stream, true,
                         ws.chunk_offset, HV, units, p.ratio(), p.score, p.survival_skip_own_group, p.group,
-                        ws.statistic, ws.chunk_decay, head_score, ws.unit_score);
+                        prep.statistic, ws.chunk_decay, head_score, ws.unit_score);
     if (!err.empty()) return err;
   }
 
@@ -3327,9 +3358,9 @@ std::string forward(const Problem& p, const DeviceTensors& t, void* workspace, s
       SGDN_TRY_LAUNCH("mark_ranks_kernel");
       break;
     case SelectorKind::head_budget:
-      if (p.min_per_head == 0 && p.max_fraction >= 1) {
+      if (plain_budget) {
         err = launch_kernel("select_budget_kernel", select_budget_kernel, dim3(unsigned(S)), 1024, 0, stream,
-                            true, ws.chunk_offset, HV, units, tie_bits, p.rho, ws.unit_score, ws.keys_in,
+                            true, ws.chunk_offset, HV, units, tie_bits, p.rho, head_score, ws.keys_in,
                             ws.unit_mask);
         if (!err.empty()) return err;
         break;

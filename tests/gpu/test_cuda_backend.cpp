@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <limits>
 #include <map>
 #include <optional>
 #include <random>
@@ -295,7 +296,9 @@ struct VarlenCase {
   // cu_seqlens as the device receives them, where not the running sum of `lengths` (out of range or not
   // monotone: the chunk table must clamp them to the sequences of `lengths`).
   std::vector<int32_t> cu_given;
-  int32_t first = 0;  // tokens before the first sequence (cu_seqlens[0]): in the batch, in no sequence
+  int32_t first = 0;         // tokens before the first sequence (cu_seqlens[0]): in the batch, in no sequence
+  int32_t trailing = 0;      // tokens after the last sequence: in the batch, in no sequence
+  bool nan_outside = false;  // q, k, v, g, beta of the tokens in no sequence are NaN (nothing may read them)
 };
 // A packed case on the tensor-core path (bf16 inputs, K = V = 128), checked against SPEC §12's bf16 bound.
 VarlenCase tc_varlen_case(std::vector<int64_t> lengths, int H, int HV) {
@@ -350,9 +353,23 @@ double check_varlen(const VarlenCase& vc) {
   const int H = vc.H, HV = vc.HV, K = vc.K, V = vc.V;
   int64_t total = vc.first;
   for (int64_t l : vc.lengths) total += l;
+  const int64_t covered_end = total;  // tokens [first, covered_end) belong to the sequences
+  total += vc.trailing;
   const Shape packed_shape = make_shape(1, total, H, HV, K, V);
   Inputs<float> packed = random_inputs(packed_shape, false, 4242 + uint64_t(total));
   if (vc.bf16) round_to_bf16(packed);  // what the GPU reads; the references read the same values
+  if (vc.nan_outside) {
+    const float nan = std::numeric_limits<float>::quiet_NaN();
+    for (int64_t t = 0; t < total; ++t) {
+      if (t >= vc.first && t < covered_end) continue;
+      for (auto [x, row] : {std::pair<Tensor<float>*, int64_t>{&packed.q, H * K},
+                            {&packed.k, H * K},
+                            {&packed.v, HV * V},
+                            {&packed.g, HV},
+                            {&packed.beta, HV}})
+        for (int64_t i = 0; i < row; ++i) (*x)[t * row + i] = nan;
+    }
+  }
   const int64_t S = int64_t(vc.lengths.size());
   std::vector<float> s0(static_cast<size_t>(S * HV * K * V));
   std::mt19937 rng(3);
@@ -756,6 +773,22 @@ TEST_CASE("CUDA tensor-core path matches float64 within the bf16 bound", "[gpu][
   wide.selector = "head_budget";
   wide.selector_params = {{"rho", "0.3"}};
   worst = std::max(worst, check_varlen(wide));
+  // NaN in every token outside the sequences (before the first, after the last, whose last chunk is short):
+  // nothing may carry them into a sequence's results. The recurrence's tensor copies of K bring whole 64-row
+  // boxes, rows past a short last chunk included, which it zeroes before they multiply Vh's zero rows (NaN
+  // times zero is NaN); with 32-column blocks (2 x 4 heads) and 64-column ones (3 x 32 heads).
+  for (VarlenCase gaps : {tc_varlen_case({150, 151}, 2, 4), tc_varlen_case({300, 130, 701}, 8, 32)}) {
+    gaps.first = 37;
+    gaps.trailing = 99;
+    gaps.nan_outside = true;
+    for (const char* selector : {"dense", "head_budget"}) {
+      gaps.selector = selector;
+      gaps.selector_params = gaps.selector == "dense" ? std::map<std::string, std::string>{}
+                                                      : std::map<std::string, std::string>{{"rho", "0.3"}};
+      INFO("NaN outside the sequences, " << gaps.HV << " value heads, " << selector);
+      worst = std::max(worst, check_varlen(gaps));
+    }
+  }
   std::printf("tc worst rel err %.3e (bound 1e-2)\n", worst);
 }
 
