@@ -325,6 +325,8 @@ EngineResult<float> run_cuda(const CudaInputs& inputs, const EngineConfig& confi
   check_cuda(cudaMemset(o.get(), 0xFF, o.bytes()), "poison o");
   check_cuda(cudaMemset(final_state.get(), 0xFF, final_state.bytes()), "poison final state");
   check_cuda(cudaMemset(mask.get(), 0xFF, mask.bytes()), "poison mask");
+  check_cuda(cudaMemset(score.get(), 0xFF, score.bytes()), "poison scores");
+  check_cuda(cudaMemset(budget.get(), 0xFF, budget.bytes()), "poison budgets");
   // The workspace too (NaN snapshots, U and W, records of -1): a fresh allocation often gets the memory of
   // the previous run on the same problem back, and a stage that read a snapshot or record before it is
   // written would then see the right values and pass (the overlapped and serial launches are compared so).

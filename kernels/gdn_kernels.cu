@@ -605,13 +605,14 @@ __device__ __forceinline__ void decode_key(uint64_t key, int units, int tie_bits
 
 // Sequence s's keys, event e = u n + c of its [units, n] block at `base`, from score_of(u, c) (every thread
 // of the block, all of the events at once: a loop over the units would leave most threads idle where n is
-// short and wait on one round trip per unit; e < 2^31, checked by check_problem, so the division is 32-bit).
+// short and wait on one round trip per unit; e < n units < 2^31, checked by check_problem, so the division
+// is 32-bit, the loop's counter not, which may pass 2^31).
 template <class ScoreOf>
 __device__ void write_keys(ScoreOf score_of, int64_t base, int64_t n, int units, int tie_bits,
                            uint64_t* keys) {
-  const int32_t n32 = int32_t(n), items = n32 * units;
-  for (int32_t e = threadIdx.x; e < items; e += blockDim.x) {
-    const int32_t u = e / n32, c = e - u * n32;
+  const int32_t n32 = int32_t(n);
+  for (int64_t e = threadIdx.x; e < n * units; e += blockDim.x) {
+    const int32_t u = int32_t(e) / n32, c = int32_t(e) - u * n32;
     keys[base + e] = score_key(score_of(u, c), c, units, u, tie_bits);
   }
 }
@@ -3299,12 +3300,17 @@ std::string forward(const Problem& p, const DeviceTensors& t, void* workspace, s
   if (!err.empty()) return err;
 
   timer.mark("prepare");
-  // 3. scores. None to compute for update_norm (the pre-pass wrote them) where no unit scores are read after:
-  // the dense selector, and head_budget without floor or cap (its select kernel sums the units itself).
+  // 3. scores: survival's, the zero scores of a sparse selector without a score (the dense one's came with
+  // its mask), and the unit scores that topk, threshold and head_budget with a floor or cap read.
+  // update_norm's head scores are the pre-pass's statistic, written in place; head_budget without floor or
+  // cap sums the units in its select kernel.
   const bool plain_budget =
       p.selector == SelectorKind::head_budget && p.min_per_head == 0 && p.max_fraction >= 1;
-  const bool scores_written = p.score == ScoreKind::update_norm && (dense || plain_budget);
-  if (!(dense && no_scores) && !scores_written) {
+  const bool unit_scores_read = p.selector == SelectorKind::topk || p.selector == SelectorKind::threshold ||
+                                (p.selector == SelectorKind::head_budget && !plain_budget);
+  const bool run_scores = p.score == ScoreKind::survival || (no_scores && !dense) ||
+                          (p.score == ScoreKind::update_norm && unit_scores_read);
+  if (run_scores) {
     err = launch_kernel("score_kernel", score_kernel, dim3(unsigned(S)), 1024, 0, stream, true,
                         ws.chunk_offset, HV, units, p.ratio(), p.score, p.survival_skip_own_group, p.group,
                         prep.statistic, ws.chunk_decay, head_score, ws.unit_score);

@@ -291,6 +291,7 @@ struct VarlenCase {
   // Sparse selection: the reference is run_cpu per sequence with these strategies; dense: token_recurrence.
   std::string selector = "dense";
   std::map<std::string, std::string> selector_params;
+  std::string score = "survival";
   double tolerance = 1e-4;
   bool tensor_cores = false;  // bf16 tensor-core path: scores may differ in the last bits, so masks may too
   // cu_seqlens as the device receives them, where not the running sum of `lengths` (out of range or not
@@ -377,7 +378,7 @@ double check_varlen(const VarlenCase& vc) {
   for (auto& x : s0) x = normal(rng);
 
   const bool dense = vc.selector == "dense";
-  Strategies strategies = make_strategies("block_adjacent", {{"block", "16"}, {"band", "1"}}, "survival",
+  Strategies strategies = make_strategies("block_adjacent", {{"block", "16"}, {"band", "1"}}, vc.score,
                                           vc.selector, vc.selector_params, 64, vc.group, Granularity::pair);
   cuda::Problem p;
   p.num_seqs = S;
@@ -401,6 +402,7 @@ double check_varlen(const VarlenCase& vc) {
     p.tau = strategies.selector->params().get_double("tau", 1.0);
     p.seed = uint64_t(strategies.selector->params().get_int("seed", 0));
     p.min_per_head = strategies.selector->params().get_int("min_per_head", 0);
+    p.score = vc.score == "update_norm" ? cuda::ScoreKind::update_norm : cuda::ScoreKind::survival;
   }
   p.input_dtype = vc.bf16 ? cuda::DType::bfloat16 : cuda::DType::float32;
   p.output_dtype = vc.out_bf16 ? cuda::DType::bfloat16 : cuda::DType::float32;
@@ -774,18 +776,30 @@ TEST_CASE("CUDA tensor-core path matches float64 within the bf16 bound", "[gpu][
   wide.selector_params = {{"rho", "0.3"}};
   worst = std::max(worst, check_varlen(wide));
   // NaN in every token outside the sequences (before the first, after the last, whose last chunk is short):
-  // nothing may carry them into a sequence's results. The recurrence's tensor copies of K bring whole 64-row
-  // boxes, rows past a short last chunk included, which it zeroes before they multiply Vh's zero rows (NaN
-  // times zero is NaN); with 32-column blocks (2 x 4 heads) and 64-column ones (3 x 32 heads).
+  // nothing may carry them into a sequence's results. The 32-column recurrence blocks (2 x 4 heads) copy K by
+  // TMA in whole 64-row boxes, rows past a short last chunk included, and zero those rows before they
+  // multiply Vh's zero rows (NaN times zero is NaN): the dense selector's 4-warp blocks, and `stride` at rho
+  // 1 (every chunk kept, the last ones too) on a sparse selector's 8-warp blocks. The 64-column warpgroup
+  // blocks (3 x 32 heads) copy only a chunk's own rows. head_budget with both scores runs the selection on
+  // packed sequences (survival never keeps a unit's last chunk; update_norm's head scores come from the
+  // pre-pass).
+  struct GapRun {
+    const char* selector;
+    const char* rho;
+    const char* score;
+  };
   for (VarlenCase gaps : {tc_varlen_case({150, 151}, 2, 4), tc_varlen_case({300, 130, 701}, 8, 32)}) {
     gaps.first = 37;
     gaps.trailing = 99;
     gaps.nan_outside = true;
-    for (const char* selector : {"dense", "head_budget"}) {
-      gaps.selector = selector;
-      gaps.selector_params = gaps.selector == "dense" ? std::map<std::string, std::string>{}
-                                                      : std::map<std::string, std::string>{{"rho", "0.3"}};
-      INFO("NaN outside the sequences, " << gaps.HV << " value heads, " << selector);
+    for (const GapRun& run :
+         {GapRun{"dense", "", "survival"}, GapRun{"stride", "1", "survival"},
+          GapRun{"head_budget", "0.3", "survival"}, GapRun{"head_budget", "0.3", "update_norm"}}) {
+      gaps.selector = run.selector;
+      gaps.score = run.score;
+      gaps.selector_params = *run.rho ? std::map<std::string, std::string>{{"rho", run.rho}}
+                                      : std::map<std::string, std::string>{};
+      INFO("NaN outside the sequences, " << gaps.HV << " value heads, " << run.selector << " " << run.score);
       worst = std::max(worst, check_varlen(gaps));
     }
   }
