@@ -605,14 +605,15 @@ __device__ __forceinline__ void decode_key(uint64_t key, int units, int tie_bits
 
 // Sequence s's keys, event e = u n + c of its [units, n] block at `base`, from score_of(u, c) (every thread
 // of the block, all of the events at once: a loop over the units would leave most threads idle where n is
-// short and wait on one round trip per unit; e < n units < 2^31, checked by check_problem, so the division
-// is 32-bit, the loop's counter not, which may pass 2^31).
+// short and wait on one round trip per unit). 32-bit indices: a sequence's n units events are fewer than
+// 2^31 (check_problem), and fewer than 2^31 − blockDim.x wherever a workspace exists (its snapshots take 32
+// KB per event), so the counter cannot wrap either.
 template <class ScoreOf>
 __device__ void write_keys(ScoreOf score_of, int64_t base, int64_t n, int units, int tie_bits,
                            uint64_t* keys) {
-  const int32_t n32 = int32_t(n);
-  for (int64_t e = threadIdx.x; e < n * units; e += blockDim.x) {
-    const int32_t u = int32_t(e) / n32, c = int32_t(e) - u * n32;
+  const int32_t n32 = int32_t(n), items = n32 * units;
+  for (int32_t e = threadIdx.x; e < items; e += blockDim.x) {
+    const int32_t u = e / n32, c = e - u * n32;
     keys[base + e] = score_key(score_of(u, c), c, units, u, tie_bits);
   }
 }
@@ -3278,12 +3279,27 @@ std::string forward(const Problem& p, const DeviceTensors& t, void* workspace, s
 
   timer.mark("table");
   // 2. pre-pass
-  PrepareArgs prep{t.k, t.v, t.g, t.beta, ws.chunk_offset, ws.chunk_info, p.qk_heads, HV, p.key_dim,
-                   p.value_dim, p.chunk, p.solver_block,
-                   p.solver_band >= p.chunk / p.solver_block ? -1 : p.solver_band, p.score != ScoreKind::none,
-                   ws.gamma, ws.u, ws.w, ws.chunk_decay,
-                   // update_norm is the statistic itself: the head scores, written in place
-                   p.score == ScoreKind::update_norm ? head_score : ws.statistic};
+  // update_norm is the statistic itself: the pre-pass writes it as the head scores.
+  float* const statistic = p.score == ScoreKind::update_norm ? head_score : ws.statistic;
+  PrepareArgs prep{t.k,
+                   t.v,
+                   t.g,
+                   t.beta,
+                   ws.chunk_offset,
+                   ws.chunk_info,
+                   p.qk_heads,
+                   HV,
+                   p.key_dim,
+                   p.value_dim,
+                   p.chunk,
+                   p.solver_block,
+                   p.solver_band >= p.chunk / p.solver_block ? -1 : p.solver_band,
+                   p.score != ScoreKind::none,
+                   ws.gamma,
+                   ws.u,
+                   ws.w,
+                   ws.chunk_decay,
+                   statistic};
   const dim3 chunk_grid{unsigned(nmax), unsigned(HV), 1u};
   const int rec_columns = use_tc ? recurrence_columns(p, sms) : 0;
   const bool v_in_u = use_tc && v_through_memory(p, rec_columns);
