@@ -8,9 +8,9 @@
 //                      score statistic ‖(e^{Γ−γ}⊙K)ᵀU‖_F
 //   3. scores          per (sequence, value head): update_norm or survival (backward recurrence for p_c);
 //                      then unit scores (summed over the head group under `pair`)
-//   4. selection       dense / random / stride / topk / head_budget / threshold; orderings by a radix select
-//                      in one block per sequence (head_budget alone) or CUB radix sorts (over the whole
-//                      device for one sequence, else by segment); then the unit mask is expanded to value
+//   4. selection       dense / random / stride / topk / head_budget / threshold; ranks by radix selects
+//                      (one block per unit for topk and head_budget's floor and cap, one per sequence for
+//                      head_budget's shared budget), no sort; then the unit mask is expanded to value
 //                      heads, budgets counted and the carried state at every group start recorded as
 //                      (snapshot slot, log decay since) (the dense selector: that expansion alone, before
 //                      stage 2)
@@ -100,29 +100,24 @@ __device__ __forceinline__ ChunkPlace chunk_place(const GroupInfo& gi, int64_t c
 // ---------------------------------------------------------------------------------------------------------
 // Workspace layout: one function carves it for both the size query and the run.
 struct Workspace {
-  int32_t* seq_start;     // [S]
-  int32_t* seq_len;       // [S]
-  int32_t* chunk_offset;  // [S + 1]
-  int32_t* group_offset;  // [S + 1]
-  ChunkInfo* chunk_info;  // [Nmax]
-  GroupInfo* group_info;  // [Nmax]
-  float* gamma;           // [Nmax, HV, C]
-  float* u;               // [Nmax, HV, C, V]
-  float* w;               // [Nmax, HV, C, K]
-  float* chunk_decay;     // [E] event layout: Γ_c
-  float* statistic;       // [E]
-  float* head_score;      // [E]
-  float* unit_score;      // [E] (units <= HV)
-  uint8_t* unit_mask;     // [E]
-  uint8_t* head_mask;     // [E]
-  int32_t* budget;        // [S, HV]
-  uint64_t* keys_in;      // [E]
-  uint64_t* keys_out;     // [E]
-  int32_t* scratch;       // [E] (random selector's permutation)
-  int32_t* seg_begin;     // [S * HV]
-  int32_t* seg_end;       // [S * HV]
-  void* cub_temp;
-  size_t cub_temp_bytes;
+  int32_t* seq_start;       // [S]
+  int32_t* seq_len;         // [S]
+  int32_t* chunk_offset;    // [S + 1]
+  int32_t* group_offset;    // [S + 1]
+  ChunkInfo* chunk_info;    // [Nmax]
+  GroupInfo* group_info;    // [Nmax]
+  float* gamma;             // [Nmax, HV, C]
+  float* u;                 // [Nmax, HV, C, V]
+  float* w;                 // [Nmax, HV, C, K]
+  float* chunk_decay;       // [E] event layout: Γ_c
+  float* statistic;         // [E]
+  float* head_score;        // [E]
+  float* unit_score;        // [E] (units <= HV)
+  uint8_t* unit_mask;       // [E]
+  uint8_t* head_mask;       // [E]
+  int32_t* budget;          // [S, HV]
+  uint64_t* keys;           // [E] selection keys
+  int32_t* scratch;         // [E] (random selector's permutation)
   float* snapshots;         // [slots, K, V]
   int32_t* snapshot_chunk;  // [slots]
   int32_t* snapshot_count;  // [S, HV]
@@ -138,35 +133,14 @@ size_t align_up(size_t x) {
   return (x + 255) & ~size_t(255);
 }
 
-// Bits of a sort key's tie part: enough for t = c * units + u < max_chunks * v_heads (at most 31, checked by
-// check_problem). The key is the order-preserving score above them, so a sort reads 32 + tie bits, not 64.
+// Bits of a selection key's tie part: enough for t = c * units + u < max_chunks * v_heads (at most 31,
+// checked by check_problem). The key is the order-preserving score above them, so a radix select reads 32 +
+// tie bits, not 64.
 int key_tie_bits(const Problem& p) {
   const int64_t count = p.max_chunks() * p.v_heads;
   int bits = 1;
   while ((int64_t(1) << bits) < count) ++bits;
   return bits;
-}
-
-// The selection's sorts of a whole sequence's keys: over the whole device when there is one sequence (a
-// segmented sort gives a segment one block), by segment otherwise. Sorts per unit are always by segment.
-bool whole_device_sort(const Problem& p) {
-  return p.num_seqs == 1;
-}
-
-// Temporary storage for the sorts the selection uses: per segment (sequence or unit) and, for one sequence,
-// over the whole device.
-size_t cub_sort_bytes(const Problem& p) {
-  const int64_t items = p.max_chunks() * p.v_heads;
-  const int64_t segments = p.num_seqs * p.v_heads;
-  const int end_bit = 32 + key_tie_bits(p);
-  size_t segmented = 0, whole = 0;
-  cub::DeviceSegmentedRadixSort::SortKeysDescending(
-      nullptr, segmented, static_cast<const uint64_t*>(nullptr), static_cast<uint64_t*>(nullptr), items,
-      segments, static_cast<const int32_t*>(nullptr), static_cast<const int32_t*>(nullptr), 0, end_bit);
-  if (whole_device_sort(p))
-    cub::DeviceRadixSort::SortKeysDescending(nullptr, whole, static_cast<const uint64_t*>(nullptr),
-                                             static_cast<uint64_t*>(nullptr), items, 0, end_bit);
-  return std::max(segmented, whole);
 }
 
 // The tensor-core recurrence's progress flags: [sequence][value head][V tile], `tiles` = V / kTcTile flags
@@ -207,13 +181,8 @@ Workspace carve(const Problem& p, void* base) {
   ws.unit_mask = static_cast<uint8_t*>(take(events));
   ws.head_mask = static_cast<uint8_t*>(take(events));
   ws.budget = static_cast<int32_t*>(take(S * hv * 4));
-  ws.keys_in = static_cast<uint64_t*>(take(events * 8));
-  ws.keys_out = static_cast<uint64_t*>(take(events * 8));
+  ws.keys = static_cast<uint64_t*>(take(events * 8));
   ws.scratch = static_cast<int32_t*>(take(events * 4));
-  ws.seg_begin = static_cast<int32_t*>(take(S * hv * 4));
-  ws.seg_end = static_cast<int32_t*>(take(S * hv * 4));
-  ws.cub_temp_bytes = cub_sort_bytes(p);
-  ws.cub_temp = take(ws.cub_temp_bytes);
   ws.snapshots = static_cast<float*>(take(slots * K * V * uw_elem));  // bf16 on the tensor-core path
   ws.snapshot_chunk = static_cast<int32_t*>(take(slots * 4));
   ws.snapshot_count = static_cast<int32_t*>(take(S * hv * 4));
@@ -586,8 +555,8 @@ __device__ __forceinline__ int64_t budget_of(double rho, int64_t n) {
   return llround(rho * double(n));
 }
 
-// Sort key: the score made order-preserving in 32 bits above `tie_bits` bits holding the complement of
-// t = c * units + u, so that a descending sort puts equal scores in order of the earlier chunk, then the
+// Selection key: the score made order-preserving in 32 bits above `tie_bits` bits holding the complement of
+// t = c * units + u, so that in descending order equal scores come in order of the earlier chunk, then the
 // lower unit (the CPU selectors' tie rule).
 __device__ __forceinline__ uint64_t score_key(float score, int64_t c, int units, int u, int tie_bits) {
   if (score == 0.f) score = 0.f;  // -0 -> +0
@@ -595,12 +564,6 @@ __device__ __forceinline__ uint64_t score_key(float score, int64_t c, int units,
   bits = (bits & 0x80000000u) ? ~bits : (bits | 0x80000000u);
   const uint64_t mask = (uint64_t(1) << tie_bits) - 1;
   return (uint64_t(bits) << tie_bits) | (mask - uint64_t(c * units + u));
-}
-__device__ __forceinline__ void decode_key(uint64_t key, int units, int tie_bits, int64_t* c, int* u) {
-  const uint64_t mask = (uint64_t(1) << tie_bits) - 1;
-  const int64_t t = int64_t(mask - (key & mask));
-  *c = t / units;
-  *u = int(t % units);
 }
 
 // Sequence s's keys, event e = u n + c of its [units, n] block at `base`, from score_of(u, c) (every thread
@@ -618,23 +581,52 @@ __device__ void write_keys(ScoreOf score_of, int64_t base, int64_t n, int units,
   }
 }
 
-// Keys and segment bounds; per_unit: one segment per (sequence, unit), else one per sequence.
-__global__ void build_keys_kernel(const int32_t* chunk_offset, int HV, int units, int tie_bits,
-                                  const float* unit_score, bool per_unit, uint64_t* keys, int32_t* seg_begin,
-                                  int32_t* seg_end) {
-  const int64_t s = blockIdx.x;
-  const int64_t n = chunk_offset[s + 1] - chunk_offset[s];
-  const int64_t base = int64_t(chunk_offset[s]) * HV;
-  write_keys([&](int u, int64_t c) { return unit_score[base + u * n + c]; }, base, n, units, tie_bits, keys);
-  if (per_unit) {
-    for (int u = threadIdx.x; u < units; u += blockDim.x) {
-      seg_begin[s * units + u] = int32_t(base + u * n);
-      seg_end[s * units + u] = int32_t(base + (u + 1) * n);
-    }
-  } else if (threadIdx.x == 0) {
-    seg_begin[s] = int32_t(base);
-    seg_end[s] = int32_t(base + units * n);
+// The k-th largest of keys[0, items) among those whose index e is `eligible` (keys are unique), for a block
+// of 1024 threads: a radix select 8 bits at a time from the top (a histogram of the eligible keys that match
+// the digits found so far, then the digit where the count from the top reaches k), instead of a sort. 0 (at
+// or below every key) when k reaches the number of eligible keys; k >= 1. Every thread gets the result.
+template <class Eligible>
+__device__ uint64_t kth_largest_key(const uint64_t* keys, int64_t items, int64_t k, int key_bits,
+                                    Eligible eligible) {
+  using BlockScan = cub::BlockScan<int, 1024>;
+  __shared__ typename BlockScan::TempStorage scan_storage;
+  __shared__ int hist[256];
+  __shared__ uint64_t prefix;
+  __shared__ int64_t still;  // how many of the largest keys below `prefix`'s digits are still to pass
+  __shared__ bool every;     // k reaches the number of eligible keys
+  __syncthreads();           // a previous call's results are read
+  if (threadIdx.x == 0) {
+    prefix = 0;
+    still = k;
+    every = k >= items;
   }
+  __syncthreads();
+  auto above = [](uint64_t key, int bits) { return bits >= 64 ? uint64_t(0) : key >> bits; };
+  for (int shift = (key_bits + 7) / 8 * 8 - 8; shift >= 0 && !every; shift -= 8) {
+    if (threadIdx.x < 256) hist[threadIdx.x] = 0;
+    __syncthreads();
+    const uint64_t high = above(prefix, shift + 8);  // the digits found so far
+    for (int64_t e = threadIdx.x; e < items; e += blockDim.x) {
+      const uint64_t key = keys[e];
+      if (above(key, shift + 8) == high && eligible(e)) atomicAdd(&hist[(key >> shift) & 255], 1);
+    }
+    __syncthreads();
+    // Thread t holds the count of digit 255 - t; the inclusive sum is the count of keys with that digit or
+    // a larger one (at thread 255: all that match so far). The selected digit is where it first reaches
+    // `still`.
+    const int own = threadIdx.x < 256 ? hist[255 - threadIdx.x] : 0;
+    int upto = 0;
+    BlockScan(scan_storage).InclusiveSum(own, upto);
+    const int64_t need = still;
+    __syncthreads();                                      // every thread has read `still`
+    if (threadIdx.x == 255 && upto < need) every = true;  // (the first pass only: later ones hold >= need)
+    if (threadIdx.x < 256 && upto >= need && upto - own < need) {
+      prefix |= uint64_t(255 - threadIdx.x) << shift;
+      still = need - (upto - own);
+    }
+    __syncthreads();
+  }
+  return every ? 0 : prefix;
 }
 
 // A rank bound within a unit's N events: a fixed count if count >= 0, else round(fraction N); at most N.
@@ -644,114 +636,70 @@ struct RankBound {
   __device__ int64_t of(int64_t n) const { return min_i64(n, count >= 0 ? count : budget_of(fraction, n)); }
 };
 
-// In each (sequence, unit)'s segment sorted by score, marks the events of ranks [from, to) with `value`:
-// 1 keeps them (topk; head_budget's floor), 2 blocks them (head_budget's cap: the shared walk passes over
-// them as over kept ones, and they count as not kept after it). A block never replaces a keep, so a floor
-// above the cap (refused on the C++ path, where N is known) keeps the floor.
-__global__ void mark_ranks_kernel(const int32_t* chunk_offset, int HV, int units, int tie_bits,
-                                  RankBound from, RankBound to, uint8_t value, const uint64_t* sorted,
-                                  uint8_t* unit_mask) {
+// topk, and head_budget's floor and cap, one block of 1024 threads per (sequence, unit): the unit's keys
+// (from the score kernel's unit scores), then its events of rank < `keep` marked 1 (topk; the floor) and
+// those of rank >= `cap` not kept marked 2 (the cap: head_budget's select passes over them, and they count
+// as not kept after it; a floor above the cap, refused on the C++ path where N is known, keeps the floor).
+// Ranks by two radix selects of the unit's keys (until v37 a segmented sort per unit, then a kernel per
+// bound).
+__global__ void __launch_bounds__(1024)
+    mark_unit_ranks_kernel(const int32_t* chunk_offset, int HV, int units, int tie_bits, RankBound keep,
+                           RankBound cap, const float* unit_score, uint64_t* keys, uint8_t* unit_mask) {
+  wait_for_previous_grid();
+  let_next_grid_start();
   const int64_t s = blockIdx.x;
   const int u = blockIdx.y;
   const int64_t n = chunk_offset[s + 1] - chunk_offset[s];
-  const int64_t base = int64_t(chunk_offset[s]) * HV;
-  for (int64_t i = from.of(n) + threadIdx.x; i < to.of(n); i += blockDim.x) {
-    int64_t c;
-    int uu;
-    decode_key(sorted[base + u * n + i], units, tie_bits, &c, &uu);
-    uint8_t& mark = unit_mask[base + uu * n + c];
-    if (mark != 1) mark = value;
+  const int64_t first = int64_t(chunk_offset[s]) * HV + int64_t(u) * n;
+  uint64_t* unit_keys = keys + first;
+  for (int64_t c = threadIdx.x; c < n; c += blockDim.x)
+    unit_keys[c] = score_key(unit_score[first + c], c, units, u, tie_bits);
+  __syncthreads();
+  const int64_t kept = keep.of(n), allowed = cap.of(n);
+  const int key_bits = 32 + tie_bits;
+  auto any = [](int64_t) { return true; };
+  const uint64_t keep_from = kept > 0 ? kth_largest_key(unit_keys, n, kept, key_bits, any) : 0;
+  const uint64_t cap_from =
+      allowed > 0 && allowed < n ? kth_largest_key(unit_keys, n, allowed, key_bits, any) : 0;
+  for (int64_t c = threadIdx.x; c < n; c += blockDim.x) {
+    const uint64_t key = unit_keys[c];
+    if (kept > 0 && key >= keep_from)
+      unit_mask[first + c] = 1;
+    else if (allowed < n && (allowed == 0 || key < cap_from))
+      unit_mask[first + c] = 2;
   }
 }
 
-// head_budget without floor or cap, one block per sequence: the budget B = round(rho N units) goes to the B
-// largest keys (unique: score above the event's tie rank, so ties go to the earlier chunk as on the CPU).
-// A radix select finds the B-th largest key 8 bits at a time from the top (a histogram of the keys that
-// match the digits found so far, then the digit where the count from the top reaches B), instead of sorting.
-// The unit scores are summed here from the heads' (no score kernel before it for update_norm, whose head
-// scores the pre-pass writes: one kernel fewer on the selection's critical path, v36).
+// head_budget, one block of 1024 threads per sequence: the budget B = round(rho N units) goes to the B
+// largest keys (unique: score above the event's tie rank, so ties go to the earlier chunk as on the CPU),
+// found by a radix select. Without floor or cap (Marked = false) the unit scores are summed here from the
+// heads' (no score kernel before it for update_norm, whose head scores the pre-pass writes: one kernel fewer
+// on the selection's critical path, v36). With them (Marked) mark_unit_ranks_kernel has written the keys and
+// marked the floor (1) and the cap (2): the B − units min(floor, N) largest keys of the unmarked events are
+// kept, the rest stay as they are (the CPU's walk over the events in score order, taking those not yet
+// marked until the budget is spent).
+template <bool Marked>
 __global__ void __launch_bounds__(1024)
     select_budget_kernel(const int32_t* chunk_offset, int HV, int units, int tie_bits, double rho,
-                         const float* head_score, uint64_t* keys, uint8_t* unit_mask) {
+                         int64_t floor_each, const float* head_score, uint64_t* keys, uint8_t* unit_mask) {
   wait_for_previous_grid();
   let_next_grid_start();
-  using BlockScan = cub::BlockScan<int, 1024>;
-  __shared__ typename BlockScan::TempStorage scan_storage;
-  __shared__ int hist[256];
-  __shared__ uint64_t prefix;
-  __shared__ int64_t still;  // how many of the largest keys below `prefix`'s digits are still to pass
   const int64_t s = blockIdx.x;
   const int64_t n = chunk_offset[s + 1] - chunk_offset[s];
   const int64_t base = int64_t(chunk_offset[s]) * HV;
-  const int64_t items = n * units, budget = budget_of(rho, items);
+  const int64_t items = n * units,
+                budget = budget_of(rho, items) - (Marked ? min_i64(floor_each, n) * units : 0);
   if (budget <= 0) return;
-  const int per_unit = HV / units;
-  write_keys([&](int u, int64_t c) { return unit_score_of(head_score, base, n, per_unit, u, c); }, base, n,
-             units, tie_bits, keys);
-  if (threadIdx.x == 0) {
-    prefix = 0;
-    still = budget;
+  if constexpr (!Marked) {
+    const int per_unit = HV / units;
+    write_keys([&](int u, int64_t c) { return unit_score_of(head_score, base, n, per_unit, u, c); }, base, n,
+               units, tie_bits, keys);
   }
-  auto above = [](uint64_t key, int bits) { return bits >= 64 ? uint64_t(0) : key >> bits; };
-  for (int shift = (32 + tie_bits + 7) / 8 * 8 - 8; shift >= 0 && budget < items; shift -= 8) {
-    if (threadIdx.x < 256) hist[threadIdx.x] = 0;
-    __syncthreads();
-    const uint64_t high = above(prefix, shift + 8);  // the digits found so far
-    for (int64_t e = threadIdx.x; e < items; e += blockDim.x) {
-      const uint64_t key = keys[base + e];
-      if (above(key, shift + 8) == high) atomicAdd(&hist[(key >> shift) & 255], 1);
-    }
-    __syncthreads();
-    // Thread t holds the count of digit 255 - t; the inclusive sum is the count of keys with that digit or
-    // a larger one. The selected digit is where it first reaches `still`.
-    const int own = threadIdx.x < 256 ? hist[255 - threadIdx.x] : 0;
-    int upto = 0;
-    BlockScan(scan_storage).InclusiveSum(own, upto);
-    const int64_t need = still;
-    __syncthreads();  // every thread has read `still`
-    if (threadIdx.x < 256 && upto >= need && upto - own < need) {
-      prefix |= uint64_t(255 - threadIdx.x) << shift;
-      still = need - (upto - own);
-    }
-    __syncthreads();
-  }
-  // budget >= items keeps everything (prefix 0); otherwise `prefix` is the B-th largest key.
-  const uint64_t threshold = budget < items ? prefix : 0;
+  uint8_t* mask = unit_mask + base;
+  auto unmarked = [&](int64_t e) { return !Marked || mask[e] == 0; };
+  const uint64_t threshold = kth_largest_key(keys + base, items, budget, 32 + tie_bits, unmarked);
   for (int64_t e = threadIdx.x; e < items; e += blockDim.x)
-    if (keys[base + e] >= threshold) unit_mask[base + e] = 1;
-}
-
-// head_budget: walk the sequence's events in score order and keep the first `remaining` not yet kept.
-__global__ void mark_shared_budget_kernel(const int32_t* chunk_offset, int HV, int units, int tie_bits,
-                                          double rho, int64_t floor_each, const uint64_t* sorted,
-                                          uint8_t* unit_mask) {
-  using BlockScan = cub::BlockScan<int, 1024>;
-  __shared__ typename BlockScan::TempStorage scan_storage;
-  __shared__ int64_t taken_before;
-  const int64_t s = blockIdx.x;
-  const int64_t n = chunk_offset[s + 1] - chunk_offset[s];
-  const int64_t base = int64_t(chunk_offset[s]) * HV;
-  const int64_t floor_n = min_i64(floor_each, n);
-  const int64_t remaining = budget_of(rho, n * units) - floor_n * units;
-  if (threadIdx.x == 0) taken_before = 0;
-  __syncthreads();
-  for (int64_t tile = 0; tile < n * units; tile += blockDim.x) {
-    if (taken_before >= remaining) break;  // uniform: read after a barrier
-    const int64_t i = tile + threadIdx.x;
-    int64_t c = 0;
-    int u = 0;
-    int free_slot = 0;
-    if (i < n * units) {
-      decode_key(sorted[base + i], units, tie_bits, &c, &u);
-      free_slot = unit_mask[base + u * n + c] ? 0 : 1;
-    }
-    int before = 0, tile_total = 0;
-    BlockScan(scan_storage).ExclusiveSum(free_slot, before, tile_total);
-    if (free_slot && taken_before + before < remaining) unit_mask[base + u * n + c] = 1;
-    __syncthreads();
-    if (threadIdx.x == 0) taken_before += tile_total;
-    __syncthreads();
-  }
+    if (keys[base + e] >= threshold && unmarked(e)) mask[e] = 1;
 }
 
 // `stride`: chunk ⌊(2i+1)N/(2k)⌋ of each unit, i < k = round(ρN).
@@ -3043,9 +2991,9 @@ int output_run(const Problem& p, int multiprocessors) {
 // Launches `kernel` (named `name` in errors) with its dynamic shared memory. early: programmatic dependent
 // launch, the kernel's blocks may be placed while the kernel before it in the stream still runs (from the
 // moment all of that kernel's blocks have called let_next_grid_start(), or have exited); the kernel calls
-// wait_for_previous_grid() before it reads what came before. The score kernel, head_budget's select kernel,
-// the mask expansion, the tensor-core pre-pass and the recurrence are launched so (the other selection
-// kernels and CUB's sorts plainly): each one's launch overlaps the end of the one before, without
+// wait_for_previous_grid() before it reads what came before. The score kernel, the rank and select kernels,
+// the mask expansion, the tensor-core pre-pass and the recurrence are launched so (stride's, random's and
+// threshold's marking kernels plainly): each one's launch overlaps the end of the one before, without
 // the gap of a plain launch. The tensor-core output stage goes further: its blocks wait on the recurrence's
 // progress flags, so each starts as soon as its group's snapshot exists, on the multiprocessors the
 // recurrence leaves free (the recurrence never waits on it, so no launch order can deadlock).
@@ -3336,27 +3284,6 @@ std::string forward(const Problem& p, const DeviceTensors& t, void* workspace, s
   timer.mark("scores");
   // 4. selection
   const int tie_bits = key_tie_bits(p);
-  // A whole-device sort (one sequence) sorts ceil(total / C) * units keys; those past the sequence's own (a
-  // cu_seqlens shorter than the batch) are zeros and sort last.
-  const bool whole_sort = whole_device_sort(p);
-  const int64_t whole_items = (p.total_tokens + p.chunk - 1) / p.chunk * units;
-  auto sort_keys = [&](bool per_unit) -> std::string {
-    if (whole_sort && !per_unit)
-      SGDN_TRY_CUDA(cudaMemsetAsync(ws.keys_in, 0, size_t(whole_items) * sizeof(uint64_t), stream));
-    build_keys_kernel<<<unsigned(S), kThreads, 0, stream>>>(
-        ws.chunk_offset, HV, units, tie_bits, ws.unit_score, per_unit, ws.keys_in, ws.seg_begin, ws.seg_end);
-    SGDN_TRY_LAUNCH("build_keys_kernel");
-    size_t temp = ws.cub_temp_bytes;
-    if (whole_sort && !per_unit) {
-      SGDN_TRY_CUDA(cub::DeviceRadixSort::SortKeysDescending(ws.cub_temp, temp, ws.keys_in, ws.keys_out,
-                                                             whole_items, 0, 32 + tie_bits, stream));
-    } else {
-      SGDN_TRY_CUDA(cub::DeviceSegmentedRadixSort::SortKeysDescending(
-          ws.cub_temp, temp, ws.keys_in, ws.keys_out, nmax * HV, per_unit ? S * units : S, ws.seg_begin,
-          ws.seg_end, 0, 32 + tie_bits, stream));
-    }
-    return {};
-  };
   switch (p.selector) {
     case SelectorKind::dense:  // expanded before the pre-pass
       break;
@@ -3373,38 +3300,27 @@ std::string forward(const Problem& p, const DeviceTensors& t, void* workspace, s
       break;
     }
     case SelectorKind::topk:
-      if (std::string e = sort_keys(true); !e.empty()) return e;
-      mark_ranks_kernel<<<dim3(unsigned(S), unsigned(units)), kThreads, 0, stream>>>(
-          ws.chunk_offset, HV, units, tie_bits, RankBound{0, 0}, RankBound{p.rho, -1}, 1, ws.keys_out,
-          ws.unit_mask);
-      SGDN_TRY_LAUNCH("mark_ranks_kernel");
+      err =
+          launch_kernel("mark_unit_ranks_kernel", mark_unit_ranks_kernel, dim3(unsigned(S), unsigned(units)),
+                        1024, 0, stream, true, ws.chunk_offset, HV, units, tie_bits, RankBound{p.rho, -1},
+                        RankBound{1, -1}, ws.unit_score, ws.keys, ws.unit_mask);
+      if (!err.empty()) return err;
       break;
     case SelectorKind::head_budget:
-      if (plain_budget) {
-        err = launch_kernel("select_budget_kernel", select_budget_kernel, dim3(unsigned(S)), 1024, 0, stream,
-                            true, ws.chunk_offset, HV, units, tie_bits, p.rho, head_score, ws.keys_in,
-                            ws.unit_mask);
+      // With a floor or a cap: the units' ranks first (the floor kept, the cap blocked), then the shared
+      // select over the events left.
+      if (!plain_budget) {
+        err = launch_kernel("mark_unit_ranks_kernel", mark_unit_ranks_kernel,
+                            dim3(unsigned(S), unsigned(units)), 1024, 0, stream, true, ws.chunk_offset, HV,
+                            units, tie_bits, RankBound{0, p.min_per_head}, RankBound{p.max_fraction, -1},
+                            ws.unit_score, ws.keys, ws.unit_mask);
         if (!err.empty()) return err;
-        break;
       }
-      // With a floor or a cap: each unit's events in score order first, then the shared walk.
-      if (std::string e = sort_keys(true); !e.empty()) return e;
-      if (p.min_per_head > 0) {
-        mark_ranks_kernel<<<dim3(unsigned(S), unsigned(units)), kThreads, 0, stream>>>(
-            ws.chunk_offset, HV, units, tie_bits, RankBound{0, 0}, RankBound{0, p.min_per_head}, 1,
-            ws.keys_out, ws.unit_mask);
-        SGDN_TRY_LAUNCH("mark_ranks_kernel");
-      }
-      if (p.max_fraction < 1) {
-        mark_ranks_kernel<<<dim3(unsigned(S), unsigned(units)), kThreads, 0, stream>>>(
-            ws.chunk_offset, HV, units, tie_bits, RankBound{p.max_fraction, -1}, RankBound{1, -1}, 2,
-            ws.keys_out, ws.unit_mask);
-        SGDN_TRY_LAUNCH("mark_ranks_kernel");
-      }
-      if (std::string e = sort_keys(false); !e.empty()) return e;
-      mark_shared_budget_kernel<<<unsigned(S), 1024, 0, stream>>>(ws.chunk_offset, HV, units, tie_bits, p.rho,
-                                                                  p.min_per_head, ws.keys_out, ws.unit_mask);
-      SGDN_TRY_LAUNCH("mark_shared_budget_kernel");
+      err = launch_kernel("select_budget_kernel",
+                          plain_budget ? select_budget_kernel<false> : select_budget_kernel<true>,
+                          dim3(unsigned(S)), 1024, 0, stream, true, ws.chunk_offset, HV, units, tie_bits,
+                          p.rho, int64_t(p.min_per_head), head_score, ws.keys, ws.unit_mask);
+      if (!err.empty()) return err;
       break;
     case SelectorKind::threshold:
       mark_threshold_kernel<<<unsigned(S), 1024, 0, stream>>>(ws.chunk_offset, HV, units, p.tau,

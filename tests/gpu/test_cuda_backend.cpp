@@ -179,12 +179,17 @@ TEST_CASE("CUDA sparse engine matches the CPU engine: masks, budgets, outputs, s
       {"random", {{"rho", "0.3"}, {"seed", "5"}}},
       {"stride", {{"rho", "0.3"}}},
       {"topk", {{"rho", "0.3"}}},
+      {"topk", {{"rho", "1"}}},  // every event: the radix select's shortcut
       {"head_budget", {{"rho", "0.29"}}},
       {"head_budget", {{"rho", "0.05"}}},
       {"head_budget", {{"rho", "1"}}},
       {"head_budget", {{"rho", "0.4"}, {"min_per_head", "2"}}},
       {"head_budget", {{"rho", "0.3"}, {"max_fraction", "0.35"}}},
       {"head_budget", {{"rho", "0.3"}, {"min_per_head", "1"}, {"max_fraction", "0.4"}}},
+      // The floor spends the whole budget (13 chunks: round(0.3 N units) = 4 units); the cap leaves exactly
+      // the budget's events to the shared select (cap round(0.92 N) = 12 per unit, budget 12 units).
+      {"head_budget", {{"rho", "0.3"}, {"min_per_head", "4"}}},
+      {"head_budget", {{"rho", "0.92"}, {"max_fraction", "0.92"}}},
       {"threshold", {{"tau", "1.0"}}}};
   struct Solv {
     std::string name;
