@@ -480,11 +480,11 @@ __device__ __forceinline__ float unit_score_of(const float* head_score, int64_t 
 }
 
 // ---------------------------------------------------------------------------------------------------------
-// 3. Scores per (sequence, value head), then unit scores. One block per sequence, one thread per head.
-// One warp per value head (block = 1024 threads): `survival`'s backward recurrence p_c = 1 + e^{Γ_{c+1}}
-// p_{c+1} runs as 32 contiguous segments, one per lane: each lane composes its segment's affine map in
-// double, the maps are chained across lanes (31 shuffles), then each lane replays its segment from its true
-// p.
+// 3. Scores per (sequence, value head), then unit scores (where `unit_score` is given: the selectors that
+// read them). One block per sequence, one warp per value head (1024 threads):
+// `survival`'s backward recurrence p_c = 1 + e^{Γ_{c+1}} p_{c+1} runs as 32 contiguous segments, one per
+// lane: each lane composes its segment's affine map in double, the maps are chained across lanes (31
+// shuffles), then each lane replays its segment from its true p.
 __global__ void __launch_bounds__(1024)
     score_kernel(const int32_t* chunk_offset, int HV, int units, int ratio, ScoreKind kind,
                  bool skip_own_group, int group, const float* statistic, const float* chunk_decay,
@@ -541,6 +541,7 @@ __global__ void __launch_bounds__(1024)
       }
     }
   }
+  if (!unit_score) return;  // no selector after it reads them (head_budget without floor or cap sums its own)
   __syncthreads();
   const int per_unit = HV / units;  // r under pair, 1 under head
   for (int u = 0; u < units; ++u)
@@ -3275,9 +3276,10 @@ std::string forward(const Problem& p, const DeviceTensors& t, void* workspace, s
   const bool run_scores = p.score == ScoreKind::survival || (no_scores && !dense) ||
                           (p.score == ScoreKind::update_norm && unit_scores_read);
   if (run_scores) {
-    err = launch_kernel("score_kernel", score_kernel, dim3(unsigned(S)), 1024, 0, stream, true,
-                        ws.chunk_offset, HV, units, p.ratio(), p.score, p.survival_skip_own_group, p.group,
-                        prep.statistic, ws.chunk_decay, head_score, ws.unit_score);
+    err =
+        launch_kernel("score_kernel", score_kernel, dim3(unsigned(S)), 1024, 0, stream, true, ws.chunk_offset,
+                      HV, units, p.ratio(), p.score, p.survival_skip_own_group, p.group, prep.statistic,
+                      ws.chunk_decay, head_score, unit_scores_read ? ws.unit_score : nullptr);
     if (!err.empty()) return err;
   }
 
