@@ -1358,6 +1358,30 @@ __device__ __forceinline__ void bulk_load(void* dst, const void* src, uint32_t b
       "l"(src), "r"(bytes), "r"(smem_addr(bar))
       : "memory");
 }
+// A tile from shared memory to global memory by the tensor memory accelerator (this thread's bulk
+// async-group; the writers of the tile fence_proxy_async() and a barrier before it is issued).
+__device__ __forceinline__ void tma_store_2d(const CUtensorMap* map, int x, int y, const void* src) {
+  asm volatile("cp.async.bulk.tensor.2d.global.shared::cta.bulk_group [%0, {%1, %2}], [%3];\n" ::"l"(map),
+               "r"(x), "r"(y), "r"(smem_addr(src))
+               : "memory");
+}
+// The bulk async-groups of this thread's copies from shared to global memory.
+__device__ __forceinline__ void bulk_commit() {
+  asm volatile("cp.async.bulk.commit_group;\n" ::: "memory");
+}
+// Waits until this thread's bulk groups but the newest `Pending` have read their source (the shared memory
+// may be written again) ...
+template <int Pending>
+__device__ __forceinline__ void bulk_wait_read() {
+  asm volatile("cp.async.bulk.wait_group.read %0;\n" ::"n"(Pending) : "memory");
+}
+// ... or have written their destination, which is then ordered before this thread's later ordinary
+// accesses (a release by another thread of the block after a barrier publishes it).
+template <int Pending>
+__device__ __forceinline__ void bulk_wait_written() {
+  asm volatile("cp.async.bulk.wait_group %0;\n" ::"n"(Pending) : "memory");
+  asm volatile("fence.proxy.async.global;\n" ::: "memory");
+}
 // The 32 fp32 accumulators of an m64n64 warpgroup product: asm operands %0..%31 of the helpers below.
 #define SGDN_WGMMA_ACC32_REGS                                                                                \
   "{%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%" \
@@ -1733,25 +1757,26 @@ __global__ void __launch_bounds__(kPrepThreads, 4)
 
 // ---- recurrence: per (sequence, value head, V tile of VT = 32 or 64 columns), NW = 8 or 4 warps (two or one
 // per scheduler, see recurrence_warps). The state tile (128 x VT fp32) lives in registers: warp w owns rows
-// 16 (8 / NW) w.., 8 / NW m-tiles x VT / 8 n-tiles. Each selected event:
-//   Sb = bf16(e^{pending} S) (shared);  v̂ = U − W Sb (warp w: rows 16(w & 3).., columns (VT / 2)(w >> 2)..
-//   with 8 warps, all VT with 4);  Vh = bf16(e^{Γ−γ} ⊙ v̂);  S = e^Γ S + Kᵀ Vh (warp w: its state rows);
-//   Sb = bf16(S), which is also the snapshot, copied out of shared memory in 16-byte stores.
-// Two barriers per event when events follow one another (Sb written, Vh written); a skipped chunk before an
-// event adds two to rescale Sb. The next NS − 1 selected events' W, K, U, γ are in flight (TMA, NS stages),
-// the next one's issued as an event starts. NS = 3 (129 KB of shared memory) keeps a lone busy chain fed;
-// NS = 2 (92 KB) leaves room on the multiprocessor for an output block (or a second recurrence block) beside
-// it, which pays where every chain is busy (the dense selector). VT = 64 (half the blocks, each copying W and
-// K once for twice the columns) was for runs with more 32-column blocks than multiprocessors (packed
-// batches), whose 32-column recurrence the copies' traffic through L2 bounded; 2 stages of it (112 KB) still
-// let two blocks share a multiprocessor. Since v33 those runs take recurrence_wg_kernel, and this kernel's
-// 64-column blocks run only with SGDN_CUDA_REC_WG=0 (a measuring aid). The copied tiles come from the tensor
-// memory accelerator (one thread issues an event's copies; they complete on the stage's mbarrier) in its
-// swizzled layouts, whose 16-byte pieces are permuted by the row so that the 8 rows an ldmatrix reads and the
-// rows the epilogue reads fall in distinct banks: W and K as sw128 (two 64-column halves), U's VT columns
-// with the 64-byte swizzle for 32 (piece p of row r at p ^ ((r >> 1) & 3), two rows per 128-byte line) and
-// the 128-byte one for 64 (p ^ (r & 7), one row per line). (Until v34 every thread issued cp.async copies,
-// ~135 of an event's 370 instructions per warp.)
+// 16 (8 / NW) w.., 8 / NW m-tiles x VT / 8 n-tiles. Each selected event, with Sb = bf16(S) as the last event
+// left it (shared) and S = e^{pending} x that state (the skipped chunks since):
+//   v̂ = U − e^{pending} W Sb (warp w: rows 16(w & 3).., columns (VT / 2)(w >> 2).. with 8 warps, all VT
+//   with 4);  Vh = bf16(e^{Γ−γ} ⊙ v̂);  S = e^Γ S + Kᵀ Vh (warp w: its state rows);  Sb = bf16(S), which is
+//   also the snapshot, copied out of shared memory by one tensor copy (TMA) during the next event.
+// Two barriers per event (Sb written, Vh written), whether or not chunks were skipped before it. The next
+// NS − 1 selected events' W, K, U, γ are in flight (TMA, NS stages), the next one's issued as an event
+// starts. NS = 3 (129 KB of shared memory) keeps a lone busy chain fed; NS = 2 (92 KB) leaves room on the
+// multiprocessor for an output block (or a second recurrence block) beside it, which pays where every chain
+// is busy (the dense selector). VT = 64 (half the blocks, each copying W and K once for twice the columns)
+// was for runs with more 32-column blocks than multiprocessors (packed batches), whose 32-column recurrence
+// the copies' traffic through L2 bounded; 2 stages of it (112 KB) still let two blocks share a
+// multiprocessor. Since v33 those runs take recurrence_wg_kernel, and this kernel's 64-column blocks run only
+// with SGDN_CUDA_REC_WG=0 (a measuring aid). The copied tiles come from the tensor memory accelerator (one
+// thread issues an event's copies; they complete on the stage's mbarrier) in its swizzled layouts, whose
+// 16-byte pieces are permuted by the row so that the 8 rows an ldmatrix reads and the rows the epilogue reads
+// fall in distinct banks: W and K as sw128 (two 64-column halves), U's VT columns with the 64-byte swizzle
+// for 32 (piece p of row r at p ^ ((r >> 1) & 3), two rows per 128-byte line) and the 128-byte one for 64 (p
+// ^ (r & 7), one row per line). (Until v34 every thread issued cp.async copies, ~135 of an event's 370
+// instructions per warp.)
 template <int VT>
 __device__ __forceinline__ int swz_u(int r, int c) {
   static_assert(VT == 32 || VT == 64, "32 or 64 columns");
@@ -1774,9 +1799,9 @@ static_assert(kRecStageBytes<32> == offsetof(RecStage<32>, gam) + sizeof(float) 
 template <int NS, int VT>
 struct RecSmem {
   static_assert(NS == 2 || NS == 3, "two or three copy stages");
-  static constexpr int kLdT = VT + 8;  // row stride of Sb and Vh
+  static constexpr int kLdT = VT + 8;  // row stride of Vh
   RecStage<VT> stage[NS];
-  bf16 sb[kD * kLdT];
+  alignas(1024) bf16 sb[kD * VT];  // swz_u<VT>: the layout of the snapshots' tensor copies
   bf16 vh[kC * kLdT];
   uint8_t mask[kWindow];
   float decay[kWindow];
@@ -1784,9 +1809,10 @@ struct RecSmem {
 };
 // The tensor maps of the recurrence's copies (kernel parameters): W and U as [slot rows][128] (a slot's 64
 // rows, box 64 x 64 for W, 64 x VT for U), K as [token][head][128] (box 64 tokens x 64 columns; rows past the
-// end of the tensor arrive as zeros).
+// end of the tensor arrive as zeros), and the snapshots as [slot x 128 rows][128] (box 128 rows x VT, stored
+// from Sb).
 struct RecTmaMaps {
-  CUtensorMap w, u, k;
+  CUtensorMap w, u, k, snap;
 };
 template <int NS, int VT>
 constexpr size_t rec_smem_bytes() {
@@ -1833,12 +1859,15 @@ struct Publisher {
 // Snapshots: `write(slot)` copies Sb to snapshot `slot` (the initial state's first); an event's snapshot is
 // written by the next flush() (the event after it calls it while its first products run; before Sb changes
 // otherwise), and `chunks` (null but in a head's first block) receives the events' chunks. At the end every
-// chunk is published. Returns the log decay after the last event; `slot` is then the number of events.
-template <int NS, class Publish, class Fetch, class Wait, class Write, class Rescale, class Event>
+// chunk is published; `drain()` is called before the barriers that precede those publications (snapshots
+// stored asynchronously complete there). Returns the log decay after the last event; `slot` is then the
+// number of events.
+template <int NS, class Publish, class Fetch, class Wait, class Write, class Drain, class Rescale,
+          class Event>
 __device__ __forceinline__ float for_each_event(const RecurrenceArgs& a, uint8_t* mask, float* decay,
                                                 int64_t n, int64_t ev_base, Publish& publish, Fetch fetch,
-                                                Wait wait, Write write, int32_t* chunks, Rescale rescale,
-                                                Event event, int64_t& slot) {
+                                                Wait wait, Write write, Drain drain, int32_t* chunks,
+                                                Rescale rescale, Event event, int64_t& slot) {
   int64_t snap_slot = -1;
   int32_t snap_chunk = 0;
   auto flush = [&]() {
@@ -1857,6 +1886,7 @@ __device__ __forceinline__ float for_each_event(const RecurrenceArgs& a, uint8_t
   for (int64_t w0 = 0; w0 < n; w0 += kWindow) {
     const int wn = int(min_i64(kWindow, n - w0));
     flush();
+    drain();
     __syncthreads();  // the previous window's mask / decay reads and the snapshot stores are done
     if (w0 > publish.published) publish(w0);
     for (int i = threadIdx.x; i < wn; i += blockDim.x) {
@@ -1910,6 +1940,7 @@ __device__ __forceinline__ float for_each_event(const RecurrenceArgs& a, uint8_t
     }
   }
   flush();
+  drain();
   __syncthreads();
   publish(n);
   return pending;
@@ -1968,25 +1999,38 @@ __global__ void __launch_bounds__(NW * 32, VT == 64 ? 2 : 0)  // 64: two blocks 
         const int d = (warp * kMT + mt) * 16 + gq + (r >> 1) * 8, col = col0 + nt * 8 + tq * 2 + (r & 1);
         st[mt][nt][r] = a.initial_state ? a.initial_state[((s * a.HV + hv) * kD + d) * V + col] : 0.f;
       }
-  // Snapshot `slot` from Sb (bf16(S), written and made visible by the caller): 128 rows x 2 VT bytes, kMT VT
-  // / 16 16-byte stores per thread; each store instruction fills whole 32-byte sectors (a thread pair, one
-  // row). (A quarter-warp's loads then fall two to a bank. Measured without that, and slower: one row per
-  // quarter-warp took more registers than the 64-column kernel has, 2 x 16K dense 1.375 → 1.507 ms; the pair
-  // taking the two halves of a 64-column row, pieces j and 4 + j, made each store fill half-sectors, 2 x 16K
-  // dense 1.407 → 1.458 ms, sparse 1.278 → 1.354.)
-  const int snap_row = threadIdx.x >> 1, snap_col = (threadIdx.x & 1) * 8;
+  // Snapshot `slot` from Sb (bf16(S), written, fenced for the async proxy and made visible by a barrier):
+  // one tensor copy (128 rows x VT columns) issued by thread 0, which waits for its read of Sb
+  // (sb_reads_done) before a barrier after which Sb is written again, and for its writes before a barrier
+  // that precedes a publication (drain; the events' publications wait for all but the newest). Sb is kept in
+  // the copy's swizzled layout (swz_u<VT>: 64-byte rows at 32 columns, 128-byte rows at 64). (Until v38 every
+  // thread stored 16-byte pieces read from Sb, kMT VT / 16 loads and stores per thread and event: 0.655 →
+  // 0.590 ms of a 32K sparse chain without them; one bulk copy per row, 128 per event, made it 0.93.)
   auto write_snapshot = [&](int64_t slot) {
-#pragma unroll
-    for (int pass = 0; pass < kMT; ++pass) {  // rows snap_row + (threads / 2) pass
-      const int row = snap_row + pass * (kBlockThreads / 2);
-      bf16* dst = reinterpret_cast<bf16*>(a.snapshots) + (slot_base + slot) * kD * V + row * V + col0;
-      const bf16* src = sm.sb + row * kLdT;
-      uint4 x[VT / 16];
-      for (int j = 0; j < VT / 16; ++j) x[j] = *reinterpret_cast<const uint4*>(src + snap_col + 16 * j);
-      for (int j = 0; j < VT / 16; ++j) *reinterpret_cast<uint4*>(dst + snap_col + 16 * j) = x[j];
-    }
+    if (threadIdx.x != 0) return;
+    tma_store_2d(&tma.snap, col0, int((slot_base + slot) * kD), sm.sb);
+    bulk_commit();
   };
-  for (int mt = 0; mt < kMT; ++mt) store_tile_bf16(sm.sb, kLdT, (warp * kMT + mt) * 16, 0, st[mt]);
+  auto sb_reads_done = [&] {
+    if (threadIdx.x == 0) bulk_wait_read<0>();
+  };
+  auto drain = [&] {
+    if (threadIdx.x == 0) bulk_wait_written<0>();
+  };
+  // This thread's Sb rows r0 (+ 8) of each m-tile: element (r, c) at swz_u<VT>(r, c), the rows 8 apart in
+  // the same permutation.
+  auto store_sb = [&] {
+    for (int mt = 0; mt < kMT; ++mt) {
+      const int r0 = (warp * kMT + mt) * 16 + gq;
+      for (int nt = 0; nt < VT / 8; ++nt) {
+        bf16* at = sm.sb + swz_u<VT>(r0, nt * 8 + tq * 2);
+        *reinterpret_cast<uint32_t*>(at) = pack_bf16(st[mt][nt][0], st[mt][nt][1]);
+        *reinterpret_cast<uint32_t*>(at + 8 * VT) = pack_bf16(st[mt][nt][2], st[mt][nt][3]);
+      }
+    }
+    fence_proxy_async();  // read by the next snapshot's tensor copy
+  };
+  store_sb();
   __syncthreads();
 
   // The sequence's offsets once, in registers: fetch() must not wait on global loads before its copies.
@@ -2037,18 +2081,24 @@ __global__ void __launch_bounds__(NW * 32, VT == 64 ? 2 : 0)  // 64: two blocks 
   int u_off[2 * kNP];
   for (int nt = 0; nt < 2 * kNP; ++nt) u_off[nt] = opaque(swz_u<VT>(vrow + gq, vcol + nt * 8 + tq * 2));
   const int v_row = opaque(vrow + gq), vh_off = opaque((vrow + gq) * kLdT + vcol + tq * 2);
-  const int sb_off = opaque((warp * kMT * 16 + gq) * kLdT + tq * 2);
+  int sb_b_off[kNP];  // Sb's B fragments (k-steps add 16 rows: 16 VT elements)
+  for (int np = 0; np < kNP; ++np)
+    sb_b_off[np] = opaque(swz_u<VT>((lane & 7) + ((lane >> 3) & 1) * 8, vcol + np * 16 + (lane >> 4) * 8));
+  // Chunks [0, safe_upto) have their snapshots' copies issued in an earlier event than the current one.
+  int64_t safe_upto = 0;
+  float sb_scale = 1.f;  // the state is sb_scale x the state that Sb holds (skipped chunks since the event)
   const float pending = for_each_event<NS>(
-      a, sm.mask, sm.decay, n, ev_base, publish, fetch, wait, write_snapshot,
+      a, sm.mask, sm.decay, n, ev_base, publish, fetch, wait, write_snapshot, drain,
       tile == 0 ? a.snapshot_chunk + slot_base : nullptr,
-      [&](float carried, auto flush_snapshot) {  // the skipped chunks' decay into the state and Sb
+      // The skipped chunks' decay into the state; Sb (the last event's snapshot, not yet copied out) stays,
+      // and the next event's W Sb is scaled by it instead (W (e^p S) = e^p (W S), rounded differently: the
+      // product of bf16(S) scaled in fp32, not the product of bf16(e^p S)). (Until v38 Sb was rewritten here
+      // after the snapshot's copy, two barriers, which the tensor copy made a wait for its read.)
+      [&](float carried, auto) {
         for (int mt = 0; mt < kMT; ++mt)
           for (int nt = 0; nt < VT / 8; ++nt)
             for (int r = 0; r < 4; ++r) st[mt][nt][r] *= carried;
-        flush_snapshot();
-        __syncthreads();  // every read of the old Sb (snapshot copy) is done
-        for (int mt = 0; mt < kMT; ++mt) store_tile_bf16_at(sm.sb + sb_off + mt * 16 * kLdT, kLdT, st[mt]);
-        __syncthreads();
+        sb_scale = carried;
       },
       [&](int buf, int64_t c, float big_gamma, auto flush_snapshot, auto fetch_next) {
         RecStage<VT>& cs = sm.stage[buf];
@@ -2064,7 +2114,7 @@ __global__ void __launch_bounds__(NW * 32, VT == 64 ? 2 : 0)  // 64: two blocks 
 #pragma unroll
             for (int np = 0; np < kNP; ++np) {
               uint32_t bf[4];
-              ldsm_x4_t(bf, sm.sb + b_off + kk * 16 * kLdT + vcol + np * 16);
+              ldsm_x4_t(bf, sm.sb + sb_b_off[np] + kk * 16 * VT);
               mma(acc[kk % kSets][2 * np], af, bf[0], bf[1]);
               mma(acc[kk % kSets][2 * np + 1], af, bf[2], bf[3]);
             }
@@ -2093,7 +2143,7 @@ __global__ void __launch_bounds__(NW * 32, VT == 64 ? 2 : 0)  // 64: two blocks 
                 float ws = acc[0][nt][r];
                 if constexpr (kSets >= 2) ws += acc[1][nt][r];
                 if constexpr (kSets == 4) ws += acc[2][nt][r] + acc[3][nt][r];
-                x[e] = (e ? uu.y : uu.x) - ws;
+                x[e] = fmaf(-sb_scale, ws, e ? uu.y : uu.x);
               }
               if constexpr (VOut) *u_pair = pack_bf16(x[0], x[1]);  // v over U: this thread read the pair
               *reinterpret_cast<uint32_t*>(sm.vh + vh_off + half * 8 * kLdT + nt * 8) =
@@ -2102,11 +2152,16 @@ __global__ void __launch_bounds__(NW * 32, VT == 64 ? 2 : 0)  // 64: two blocks 
           }
         }
         if constexpr (VOut) fence_proxy_async();  // v over U, before the stage's next copies
+        // The snapshots whose copies were issued before this event (all but the newest group: the previous
+        // event's, issued above) are waited for when a publication is due, so that the wait is for copies
+        // issued an event ago; they cover the chunks up to the previous event's (and VOut's v, stored after
+        // that event's barrier, up to it too).
+        const bool due = safe_upto - publish.published >= kPublishEvery;  // block-uniform
+        if (due && threadIdx.x == 0) bulk_wait_written<1>();
+        sb_reads_done();
         __syncthreads();
-        // The previous event's snapshot left above, and the groups up to this chunk start from it at the
-        // latest (VOut: this chunk's v leaves below, so up to the one before; then every 15 chunks instead of
-        // 16).
-        if (c + 1 - publish.published >= kPublishEvery) publish(VOut ? c : c + 1);
+        if (due) publish(safe_upto);
+        safe_upto = c + 1;
         if constexpr (VOut)
 #pragma unroll
           for (int j = 0; j < kUCopies; ++j)
@@ -2145,8 +2200,9 @@ __global__ void __launch_bounds__(NW * 32, VT == 64 ? 2 : 0)  // 64: two blocks 
             for (int nt = 0; nt < VT / 8; ++nt)
               for (int r = 0; r < 4; ++r) st[0][nt][r] += st2[nt][r];
         }
-        // Sb = bf16(S): every read of the old Sb (W Sb above) is behind the barrier.
-        for (int mt = 0; mt < kMT; ++mt) store_tile_bf16_at(sm.sb + sb_off + mt * 16 * kLdT, kLdT, st[mt]);
+        // Sb = bf16(S): every read of the old Sb (W Sb, the snapshot's copy) is behind the barrier.
+        store_sb();
+        sb_scale = 1.f;
       },
       slot);
   if (a.final_state) {
@@ -2254,7 +2310,7 @@ __global__ void __launch_bounds__(kWgThreads)
   int64_t slot = 0;
   auto wait = [](int, int inflight) { cp_async_wait_but(inflight - 1); };
   const float pending = for_each_event<NS>(
-      a, sm.mask, sm.decay, n, ev_base, publish, fetch, wait, write_snapshot,
+      a, sm.mask, sm.decay, n, ev_base, publish, fetch, wait, write_snapshot, [] {},
       tile == 0 ? a.snapshot_chunk + slot_base : nullptr,
       [&](float carried, auto flush_snapshot) {  // the skipped chunks' decay into the state and Sb
         for (int mt = 0; mt < 2; ++mt)
@@ -2774,10 +2830,11 @@ RecurrenceVariant recurrence_tc_variant(int stages, bool v_out, int columns, int
   return warps == 4 ? recurrence_variant<32, 4>(stages, v_out) : recurrence_variant<32, 8>(stages, v_out);
 }
 // The tensor maps of the recurrence's copies (RecTmaMaps) for blocks of `columns` V columns: W and U
-// [slot_rows][128] from the workspace, K [tokens][H][128]. The driver's encoder is reached through the
-// runtime, so that nothing links libcuda.
+// [slot_rows][128] from the workspace, K [tokens][H][128], and the snapshots [snapshot_slots x 128][128]
+// (bf16) that the 32- and 64-column mma.sync blocks store by tensor copies. The driver's encoder is reached
+// through the runtime, so that nothing links libcuda.
 std::string rec_tma_maps(RecTmaMaps& m, const bf16* w, const bf16* u, int64_t slot_rows, const void* k,
-                         int64_t tokens, int H, int columns) {
+                         int64_t tokens, int H, int columns, const bf16* snapshots, int64_t snapshot_slots) {
   static const auto encode = [] {
     void* fn = nullptr;
     cudaDriverEntryPointQueryResult found{};
@@ -2813,6 +2870,15 @@ std::string rec_tma_maps(RecTmaMaps& m, const bf16* w, const bf16* u, int64_t sl
     err = tiled(&m.u, u, 2, uw_dims, uw_strides, u_box,
                 columns == 32 ? CU_TENSOR_MAP_SWIZZLE_64B : CU_TENSOR_MAP_SWIZZLE_128B, "U");
   if (err.empty()) err = tiled(&m.k, k, 3, k_dims, k_strides, k_box, CU_TENSOR_MAP_SWIZZLE_128B, "K");
+  // The snapshots as [slots x 128 rows][128], a block's tile 128 rows x its columns.
+  if (snapshot_slots * kD >= (int64_t(1) << 31))
+    return "too many snapshot slots for the tensor-core recurrence (" + std::to_string(snapshot_slots) +
+           "; fewer than 2^24 allowed)";
+  const cuuint64_t snap_dims[2] = {cuuint64_t(kD), cuuint64_t(snapshot_slots * kD)};
+  const cuuint32_t snap_box[2] = {cuuint32_t(columns), kD};
+  if (err.empty())
+    err = tiled(&m.snap, snapshots, 2, snap_dims, uw_strides, snap_box,
+                columns == 32 ? CU_TENSOR_MAP_SWIZZLE_64B : CU_TENSOR_MAP_SWIZZLE_128B, "the snapshots");
   return err;
 }
 // Recurrence blocks of `columns` (32 or 64) V columns: one per (sequence, value head, V tile).
@@ -3373,8 +3439,9 @@ std::string forward(const Problem& p, const DeviceTensors& t, void* workspace, s
     // (The warpgroup blocks copy with cp.async and leave the maps unread; encoding them anyway keeps one
     // path.)
     tc::RecTmaMaps maps{};
-    err = tc::rec_tma_maps(maps, w_tc, u_tc, int64_t(nmax) * HV * p.chunk, t.k, p.total_tokens, p.qk_heads,
-                           rec_columns);
+    err =
+        tc::rec_tma_maps(maps, w_tc, u_tc, int64_t(nmax) * HV * p.chunk, t.k, p.total_tokens, p.qk_heads,
+                         rec_columns, reinterpret_cast<const __nv_bfloat16*>(ws.snapshots), (nmax + S) * HV);
     if (err.empty())
       err = launch_kernel(wg ? "recurrence_wg_kernel" : "recurrence_tc_kernel", rec_kernel, grid, rec_threads,
                           rec_smem, stream, true, rec, u_tc, w_tc, maps);
