@@ -1764,11 +1764,11 @@ __global__ void __launch_bounds__(kPrepThreads, 4)
 //   also the snapshot, copied out of shared memory by one tensor copy (TMA) during the next event.
 // Two barriers per event (Sb written, Vh written), whether or not chunks were skipped before it. The next
 // NS − 1 selected events' W, K, U, γ are in flight (TMA, NS stages), the next one's issued as an event
-// starts. NS = 3 (129 KB of shared memory) keeps a lone busy chain fed; NS = 2 (92 KB) leaves room on the
+// starts. NS = 3 (127 KB of shared memory) keeps a lone busy chain fed; NS = 2 (90 KB) leaves room on the
 // multiprocessor for an output block (or a second recurrence block) beside it, which pays where every chain
 // is busy (the dense selector). VT = 64 (half the blocks, each copying W and K once for twice the columns)
 // was for runs with more 32-column blocks than multiprocessors (packed batches), whose 32-column recurrence
-// the copies' traffic through L2 bounded; 2 stages of it (112 KB) still let two blocks share a
+// the copies' traffic through L2 bounded; 2 stages of it (110 KB) still let two blocks share a
 // multiprocessor. Since v33 those runs take recurrence_wg_kernel, and this kernel's 64-column blocks run only
 // with SGDN_CUDA_REC_WG=0 (a measuring aid). The copied tiles come from the tensor memory accelerator (one
 // thread issues an event's copies; they complete on the stage's mbarrier) in its swizzled layouts, whose
