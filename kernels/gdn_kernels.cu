@@ -2972,14 +2972,37 @@ int recurrence_columns(const Problem& p, int multiprocessors) {
 // stages let all of them run at once: more than two 32-column blocks per multiprocessor (measured at 4 x 8K:
 // 1.217 ms with 2 stages, 1.285 with 3; at 2 x 16K, 256 blocks, 3 stay faster) or more than one 64-column
 // block (4 x 8K, 256 blocks: 1.197 / 1.198 ms with 3, 1.159 / 1.160 with 2; 3 leave them two waves, the later
-// sequences' output blocks waiting for the second).
+// sequences' output blocks waiting for the second). And 2 with G = 1 where the selector itself bounds every
+// chain at kShortChain of the sequence's chunks or less (topk, stride and random at rho <= kShortChain,
+// head_budget with max_fraction <= kShortChain): the busiest chain is then shorter than the work of the
+// middle phase, which the output blocks beside the recurrence blocks finish sooner (measured, v39, ms at 16K
+// / 32K / 128K: max_fraction 0.4 0.542 / 1.012 / 3.894 → 0.515 / 0.948 / 3.680, 0.5 0.539 / 0.998 / 3.895 →
+// 0.519 / 0.954 / 3.706, topk at rho 0.29 0.531 / 0.994 / 3.889 → 0.509 / 0.932 / 3.672; at max_fraction
+// 0.67 2 stages were slower, 1.003 → 1.088 at 32K). (G > 1: no output block fits beside one, see
+// output_tc_smem.)
 // SGDN_CUDA_REC_STAGES=2 or 3 overrides it (a measuring aid).
+constexpr double kShortChain = 0.5;
+// The most of a sequence's chunks that one unit's chain can hold, as the selector's settings bound it.
+double chain_bound(const Problem& p) {
+  switch (p.selector) {
+    case SelectorKind::random:
+    case SelectorKind::stride:
+    case SelectorKind::topk:
+      return p.rho;
+    case SelectorKind::head_budget:
+      return p.max_fraction;
+    default:
+      return 1.0;
+  }
+}
 int recurrence_stages(const Problem& p, int multiprocessors, int columns) {
   const int forced = measuring_switch("SGDN_CUDA_REC_STAGES");
   if (forced == 2 || forced == 3) return forced;
   const int64_t three_stage_limit = int64_t(columns == 64 ? 1 : 2) * multiprocessors;
-  return p.selector == SelectorKind::dense || tc::recurrence_tc_blocks(p, columns) > three_stage_limit ? 2
-                                                                                                       : 3;
+  const bool throughput = p.selector == SelectorKind::dense ||
+                          (p.group == 1 && chain_bound(p) <= kShortChain) ||
+                          tc::recurrence_tc_blocks(p, columns) > three_stage_limit;
+  return throughput ? 2 : 3;
 }
 // Warps per recurrence block: 4 (one per scheduler; warp w owns state rows 32w.. and a 16-row tile of v̂ of
 // all the block's columns), except a sparse selector's 32-column blocks, which keep 8 (two per scheduler;

@@ -51,6 +51,9 @@ CONFIGS = {
 }
 # Run only when named with --configs: sparse-default with output windows of G = 2 and 4 chunks (SPEC §6).
 EXTRA_CONFIGS = {f"sparse-G{G}": dict(CONFIGS["sparse-default"], group=G) for G in (2, 4)}
+# ... and other bounds on the longest chain: head_budget capped at 0.5 and 0.67, topk (every unit 0.29 N).
+EXTRA_CONFIGS.update({f"sparse-cap{f}": dict(CONFIGS["sparse-cap0.4"], max_fraction=f) for f in (0.5, 0.67)})
+EXTRA_CONFIGS["sparse-topk"] = dict(CONFIGS["sparse-default"], selector="topk")
 
 
 def make_inputs(T, seed):
