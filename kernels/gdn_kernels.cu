@@ -3060,21 +3060,19 @@ auto output_variant(bool out_bf16, bool v_in, bool runs) {
 // the mma.sync output blocks (sparse-default, two calls each, ms, runs of 1 / 2 / 4): 16K 0.636 / 0.620 /
 // 0.630, 32K 1.230 / 1.200 / 1.194, 128K 4.84 / 4.69-4.72 / 4.63-4.64, 4 x 8K 1.126 / 1.090-1.102 / 1.074,
 // 2 x 16K 1.155 / 1.118-1.129 / 1.103-1.110. Since the warpgroup output blocks (v35), one sequence under a
-// selector whose busiest chain may hold every chunk (head_budget without a cap, threshold) takes runs of 1:
-// there that chain sets the time and the outputs of its last chunks are what follows it, so shorter blocks
-// end sooner after it (sparse-default, one call, 2026-12-01 03:27Z, runs of 1 / 2 / 4 (2 at 16K, the default
-// then): 16K 0.552 / 0.564 / 0.567 and 0.552, 32K 1.065 / 1.081 / 1.075 and 1.076, 64K 2.090 / 2.106 /
-// 2.108 and 2.109, 128K 4.167 / 4.188 / 4.184 and 4.191; 4 x 8K 0.920 / 0.893 / 0.879, 2 x 16K 0.960 /
-// 0.935 / 0.923). Bounded chains keep the runs, whose outputs are then what counts (head_budget capped at
-// 0.4, 03:51Z, runs of 1 / 4: 32K 1.168 / 1.118, 128K 4.290 / 4.096 ms). SGDN_CUDA_OUT_RUN=1|2|4 forces it
-// (a measuring aid).
+// selector whose busiest chain may hold every chunk (chain_bound 1: head_budget without a cap, threshold, the
+// others at rho 1) takes runs of 1: there that chain sets the time and the outputs of its last chunks are
+// what follows it, so shorter blocks end sooner after it (sparse-default, one call, 2026-12-01 03:27Z, runs
+// of 1 / 2 / 4 (2 at 16K, the default then): 16K 0.552 / 0.564 / 0.567 and 0.552, 32K 1.065 / 1.081 / 1.075
+// and 1.076, 64K 2.090 / 2.106 / 2.108 and 2.109, 128K 4.167 / 4.188 / 4.184 and 4.191; 4 x 8K 0.920 / 0.893
+// / 0.879, 2 x 16K 0.960 / 0.935 / 0.923). Bounded chains keep the runs, whose outputs are then what counts
+// (head_budget capped at 0.4, 03:51Z, runs of 1 / 4: 32K 1.168 / 1.118, 128K 4.290 / 4.096 ms).
+// SGDN_CUDA_OUT_RUN=1|2|4 forces it (a measuring aid).
 int output_run(const Problem& p, int multiprocessors) {
   if (!p.uses_tensor_cores() || p.group != 1 || p.selector == SelectorKind::dense) return 1;
   const int forced = measuring_switch("SGDN_CUDA_OUT_RUN");
   if (forced == 1 || forced == 2 || forced == 4) return forced;
-  const bool chains_unbounded = (p.selector == SelectorKind::head_budget && p.max_fraction >= 1) ||
-                                p.selector == SelectorKind::threshold;
-  if (p.num_seqs == 1 && chains_unbounded) return 1;
+  if (p.num_seqs == 1 && chain_bound(p) >= 1) return 1;
   const int64_t blocks_of_one = p.max_chunks() * p.v_heads, enough = int64_t(16) * multiprocessors;
   return blocks_of_one >= 4 * enough ? 4 : blocks_of_one >= 2 * enough ? 2 : 1;
 }
