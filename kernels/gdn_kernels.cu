@@ -1423,11 +1423,12 @@ __device__ __forceinline__ void wgmma_m64n64k16_rs_t(float (&d)[32], const uint3
       : SGDN_WGMMA_ACC32(d)
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(accumulate));
 }
-// This warp's rows of a wgmma accumulator (16 x 64 at column c0), rounded to bf16, into an sw128 tile (a
-// warp's 4-byte stores for one n8 tile fall in 32 distinct banks).
+// This warp's rows of a wgmma accumulator (16 x 64 at column c0; the warp's rank in its warpgroup picks the
+// rows), rounded to bf16, into an sw128 tile (a warp's 4-byte stores for one n8 tile fall in 32 distinct
+// banks).
 __device__ __forceinline__ void store_acc_sw128(bf16* tile, const float (&acc)[32], int c0) {
   const int lane = threadIdx.x & 31, gq = lane >> 2, tq = lane & 3;
-  const int r = (threadIdx.x >> 5) * 16 + gq;
+  const int r = ((threadIdx.x >> 5) & 3) * 16 + gq;
 #pragma unroll
   for (int j = 0; j < 8; ++j) {
     const int c = c0 + j * 8 + tq * 2;
@@ -2218,6 +2219,28 @@ __global__ void __launch_bounds__(NW * 32, VT == 64 ? 2 : 0)  // 64: two blocks 
   if (tile == 0 && threadIdx.x == 0) a.snapshot_count[s * a.HV + hv] = int32_t(slot + 1);
 }
 
+// S = e^Γ S + Kᵀ Vh for a warpgroup's 128 x 64 state block (two accumulators of 64 rows, k = 64): Kᵀ's
+// fragments from the sw128 tile k (rows 16 w.. of each 64-row half, w this warp's rank in its warpgroup), Vh
+// through its descriptor. Issued and committed, not waited for.
+__device__ __forceinline__ void issue_state_update(float (&st)[2][32], const bf16* k, uint64_t vh_desc,
+                                                   float big_gamma, int warp) {
+  const float decay = exp_ftz(big_gamma);
+  uint32_t af[2][kC / 16][4];
+#pragma unroll
+  for (int mt = 0; mt < 2; ++mt)
+#pragma unroll
+    for (int k0 = 0; k0 < kC / 16; ++k0) load_a_t_at(af[mt][k0], k, sw128, mt * 64 + warp * 16, k0 * 16);
+  for (int mt = 0; mt < 2; ++mt)
+    for (int e = 0; e < 32; ++e) st[mt][e] *= decay;
+  wgmma_fence();
+#pragma unroll
+  for (int mt = 0; mt < 2; ++mt)
+#pragma unroll
+    for (int k0 = 0; k0 < kC / 16; ++k0)
+      wgmma_m64n64k16_rs_t(st[mt], af[mt][k0], vh_desc + k0 * kSwMnMajorStep, 1);
+  wgmma_commit();
+}
+
 // ---- the recurrence on one warpgroup with wgmma: 64 V columns per block, 4 warps. Per event both products
 // are warpgroup products with A from registers (this warp's ldmatrix fragments: W's rows 16w.., Kᵀ's rows
 // 16w.. of each 64-row half) and B read once per warpgroup from shared memory (Sb, Vh: sw128, mn-major),
@@ -2360,26 +2383,10 @@ __global__ void __launch_bounds__(kWgThreads)
           for (int j = 0; j < kC / 16; ++j)
             *reinterpret_cast<uint4*>(u_src0 + c * uw_step + (ur + 16 * j) * kD + up) =
                 *reinterpret_cast<const uint4*>(cs.u + (ur + 16 * j) * kLdWgU + up);
-        {  // S = e^Γ S + Kᵀ Vh: both 64-row halves, k = 64
-          const float decay = exp_ftz(big_gamma);
-          uint32_t af[2][kC / 16][4];
-#pragma unroll
-          for (int mt = 0; mt < 2; ++mt)
-#pragma unroll
-            for (int k0 = 0; k0 < kC / 16; ++k0)
-              load_a_t_at(af[mt][k0], cs.k, sw128, mt * 64 + warp * 16, k0 * 16);
-          for (int mt = 0; mt < 2; ++mt)
-            for (int e = 0; e < 32; ++e) st[mt][e] *= decay;
-          wgmma_fence();
-#pragma unroll
-          for (int mt = 0; mt < 2; ++mt)
-#pragma unroll
-            for (int k0 = 0; k0 < kC / 16; ++k0)
-              wgmma_m64n64k16_rs_t(st[mt], af[mt][k0], vh_desc + k0 * kSwMnMajorStep, 1);
-          wgmma_commit();
-          wgmma_wait_all(st[0]);
-          wgmma_wait_all(st[1]);
-        }
+        // S = e^Γ S + Kᵀ Vh
+        issue_state_update(st, cs.k, vh_desc, big_gamma, warp);
+        wgmma_wait_all(st[0]);
+        wgmma_wait_all(st[1]);
         store_sb();
         fence_proxy_async();
       },
@@ -2797,6 +2804,395 @@ __global__ void __launch_bounds__(kOutThreads, Wg ? 2 : 0)  // Wg: two blocks pe
   finish_output_block(a.blocks_done);
 }
 
+// ---- the dense selector's recurrence and outputs in one pass (G = 1, packed batches: see fused_warpgroups).
+// Every chunk is an event, and a block computes the chunk's output from the state the chunk starts from while
+// that state is on the multiprocessor, so that neither v = U − W S nor the state goes through memory to an
+// output stage (the snapshots are still written, for snapshot_view). Per chunk, with Sb = bf16(S):
+//   v̂ = U − W Sb,  O = scale (e^γ ⊙ (Q Sb) + A v̂),  A = Q Kᵀ ⊙ D ⊙ lower_incl,
+//   S = e^Γ S + Kᵀ (e^{Γ−γ} ⊙ v̂).
+// v̂ (bf16) takes U's place in the copy stage, where A v̂ reads it. The stages hold W, K, Q (sw128), U's
+// columns (sw128 per 64) and γ. Two forms: recurrence_out_wg_kernel, WG warpgroups each computing all of it
+// for 64 columns (W Sb first, Q Sb and Q Kᵀ on the tensor cores while the warps form v̂, A v̂ beside the
+// state's update); recurrence_out_ws_kernel, 64 columns whose chain and outputs are two warpgroups side by
+// side.
+template <int WG>
+struct alignas(1024) FusedStage {
+  bf16 w[kC * kD];
+  bf16 k[kC * kD];
+  bf16 q[kC * kD];
+  bf16 u[kC * 64 * WG];  // U, then v̂ (columns 64 g..: the sw128 tile at g kC 64)
+  float gam[kC];
+};
+template <int NS, int WG>
+struct FusedSmem {
+  FusedStage<WG> stage[NS];
+  bf16 sb[WG][kD * 64];  // per warpgroup of the chain: bf16(S), 128 rows as two sw128 tiles of 64 rows
+  bf16 vh[WG][kC * 64];  // per warpgroup of the chain: e^{Γ−γ} ⊙ v̂, sw128
+  uint8_t mask[kWindow];
+  float decay[kWindow];
+};
+template <int NS, int WG>
+constexpr size_t fused_smem_bytes() {
+  return sizeof(FusedSmem<NS, WG>) + 1024;  // and the alignment of the block's region to 1024 bytes
+}
+// Waits until at most N of this warpgroup's committed product groups are pending; the empty asm keeps the
+// accumulator's uses below the wait.
+template <int N, int R>
+__device__ __forceinline__ void wgmma_wait_pending(float (&d)[R]) {
+  asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(N) : "memory");
+#pragma unroll
+  for (int i = 0; i < R; ++i) asm volatile("" : "+f"(d[i])::"memory");
+}
+// Barrier `id` (1-15) for `threads` threads of the block, for code that the block's warpgroups reach in
+// different branches.
+__device__ __forceinline__ void named_barrier(int id, int threads) {
+  asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
+}
+// d (64 x 64) = X S over k = 128: X an sw128 64 x 128 tile read k-major (W, Q), S 128 rows x 64 columns of
+// Sb read mn-major. Issued, not committed.
+__device__ __forceinline__ void times_sb(float (&d)[32], const bf16* x, uint64_t sb_desc) {
+#pragma unroll
+  for (int ks = 0; ks < kD / 16; ++ks)
+    wgmma_m64n64k16_ss_t(d, sw128_desc(x + (ks >> 2) * (kC * 64)) + (ks & 3) * kSwKMajorStep,
+                         sb_desc + ks * kSwMnMajorStep, ks);
+}
+// d (64 x 64) = Q Kᵀ over k = 128 (sw128 tiles). Issued, not committed.
+__device__ __forceinline__ void times_kt(float (&d)[32], const bf16* q, const bf16* k) {
+#pragma unroll
+  for (int ks = 0; ks < kD / 16; ++ks)
+    wgmma_m64n64k16_ss(d, sw128_desc(q + (ks >> 2) * (kC * 64)) + (ks & 3) * kSwKMajorStep,
+                       sw128_desc(k + (ks >> 2) * (kC * 64)) + (ks & 3) * kSwKMajorStep, ks);
+}
+// This thread's part of a 128 x 64 state block (columns col0..) as a warpgroup's two accumulators: rows
+// 64 mt + row0 (+ 8), columns col0 + 8 j + 2 tq (+ 1), st[mt][4 j + (i & 1) + 2 (half)], from `from`
+// ([128][128] fp32) or zero ...
+__device__ __forceinline__ void load_state_block(float (&st)[2][32], const float* from, int row0, int col0) {
+  const int tq = threadIdx.x & 3;
+  for (int mt = 0; mt < 2; ++mt)
+    for (int i = 0; i < 32; ++i) {
+      const int d = mt * 64 + row0 + ((i >> 1) & 1) * 8, col = col0 + (i >> 2) * 8 + tq * 2 + (i & 1);
+      st[mt][i] = from ? from[d * kD + col] : 0.f;
+    }
+}
+// ... and into `to`, times `factor`.
+__device__ __forceinline__ void store_state_block(float* to, const float (&st)[2][32], float factor, int row0,
+                                                  int col0) {
+  const int tq = threadIdx.x & 3;
+  for (int mt = 0; mt < 2; ++mt)
+    for (int j = 0; j < 8; ++j)
+      for (int half = 0; half < 2; ++half) {
+        const int d = mt * 64 + row0 + half * 8, col = col0 + j * 8 + tq * 2;
+        *reinterpret_cast<float2*>(to + d * kD + col) =
+            make_float2(st[mt][4 * j + 2 * half] * factor, st[mt][4 * j + 2 * half + 1] * factor);
+      }
+}
+// Snapshot rows from a warpgroup's Sb (128 rows x 64 columns, sw128 halves) to `dst` (row stride 128): eight
+// 16-byte pieces per thread of the warpgroup (wt its rank there).
+__device__ __forceinline__ void store_snapshot_block(bf16* dst, const bf16* sb, int wt) {
+#pragma unroll
+  for (int i = 0; i < kD * 8 / 128; ++i) {
+    const int e = i * 128 + wt, row = e >> 3, col = (e & 7) * 8;
+    *reinterpret_cast<uint4*>(dst + row * kD + col) = *reinterpret_cast<const uint4*>(sb + sw128(row, col));
+  }
+}
+// v̂ = U − acc (acc = W Sb, this thread's rows row0 (+ 8)) into vr over U (bf16, sw128), and e^{Γ−γ} ⊙ v̂
+// into vh, the B operand of the state's update.
+__device__ __forceinline__ void form_v(const float (&acc)[32], bf16* vr, bf16* vh, const float* gam,
+                                       float big_gamma, int row0) {
+  const int tq = threadIdx.x & 3;
+#pragma unroll
+  for (int half = 0; half < 2; ++half) {
+    const int r = row0 + half * 8;
+    const float f = exp_ftz(big_gamma - gam[r]);
+#pragma unroll
+    for (int j = 0; j < 8; ++j) {
+      const int col = j * 8 + tq * 2;
+      uint32_t* u_pair = reinterpret_cast<uint32_t*>(vr + sw128(r, col));
+      const float2 uu = unpack_bf16(*u_pair);
+      const float x0 = uu.x - acc[4 * j + 2 * half], x1 = uu.y - acc[4 * j + 2 * half + 1];
+      *u_pair = pack_bf16(x0, x1);
+      *reinterpret_cast<uint32_t*>(vh + sw128(r, col)) = pack_bf16(x0 * f, x1 * f);
+    }
+  }
+}
+// x = Q Kᵀ (this thread's rows row0 (+ 8)) ⊙ D ⊙ lower_incl as bf16 A fragments, and o = Q Sb times e^γ.
+__device__ __forceinline__ void causal_fragments(uint32_t (&fa)[kC / 16][4], float (&x)[32], float (&o)[32],
+                                                 const float* gam, int row0) {
+  const int tq = threadIdx.x & 3;
+#pragma unroll
+  for (int half = 0; half < 2; ++half) {
+    const int i = row0 + half * 8;
+    const float gi = gam[i], e = exp_ftz(gi);
+#pragma unroll
+    for (int nt = 0; nt < 8; ++nt) {
+      const int j = nt * 8 + tq * 2;
+      x[4 * nt + 2 * half] *= causal_decay(i, j, gi, gam);
+      x[4 * nt + 2 * half + 1] *= causal_decay(i, j + 1, gi, gam);
+      o[4 * nt + 2 * half] *= e;
+      o[4 * nt + 2 * half + 1] *= e;
+    }
+  }
+#pragma unroll
+  for (int ks = 0; ks < kC / 16; ++ks)
+#pragma unroll
+    for (int f = 0; f < 4; ++f) fa[ks][f] = pack_bf16(x[8 * ks + 2 * f], x[8 * ks + 2 * f + 1]);
+}
+// o += A v̂ (fa this warp's fragments of A, v̂ the sw128 tile vr), committed and waited for.
+__device__ __forceinline__ void add_a_v(float (&o)[32], const uint32_t (&fa)[kC / 16][4], const bf16* vr) {
+  const uint64_t desc = sw128_desc(vr);
+  wgmma_fence();
+#pragma unroll
+  for (int ks = 0; ks < kC / 16; ++ks) wgmma_m64n64k16_rs_t(o, fa[ks], desc + ks * kSwMnMajorStep, 1);
+  wgmma_commit();
+  wgmma_wait_pending<0>(o);
+}
+// scale o, this thread's rows row0 (+ 8) of a chunk's 64 columns, into O at `to` (the chunk's first row, its
+// columns col0 + 2 tq; rows at or past len are not stored).
+template <class Out>
+__device__ __forceinline__ void store_o_rows(Out* to, int64_t row_stride, const float (&o)[32], float scale,
+                                             int row0, int len) {
+#pragma unroll
+  for (int half = 0; half < 2; ++half) {
+    const int i = row0 + half * 8;
+    if (i >= len) continue;
+#pragma unroll
+    for (int j = 0; j < 8; ++j) {
+      const float y0 = o[4 * j + 2 * half] * scale, y1 = o[4 * j + 2 * half + 1] * scale;
+      if constexpr (std::is_same_v<Out, bf16>)
+        *reinterpret_cast<uint32_t*>(to + i * row_stride + j * 8) = pack_bf16(y0, y1);
+      else
+        *reinterpret_cast<float2*>(to + i * row_stride + j * 8) = make_float2(y0, y1);
+    }
+  }
+}
+// Where a fused block's chunk operands come from: W and U (workspace), K and Q (inputs), γ, for one
+// (sequence, value head); `cols` of U from column u_col0.
+struct FusedSources {
+  const bf16 *w, *u, *k, *q;
+  const float* gam;
+  int64_t uw_step, qk_row, gam_step, seq_len;
+  __device__ FusedSources(const RecurrenceArgs& a, const OutputArgs& out, const bf16* u_all,
+                          const bf16* w_all, int64_t s, int hv, int u_col0) {
+    const int64_t chunk0 = a.chunk_offset[s], t0 = a.seq_start[s];
+    const int h = hv / (a.HV / a.H);
+    uw_step = int64_t(a.HV) * (kC * kD);
+    qk_row = int64_t(a.H) * kD;
+    gam_step = int64_t(a.HV) * kC;
+    seq_len = a.seq_len[s];
+    w = w_all + (chunk0 * a.HV + hv) * (kC * kD);
+    u = u_all + (chunk0 * a.HV + hv) * (kC * kD) + u_col0;
+    k = static_cast<const bf16*>(a.k) + (t0 * a.H + h) * kD;
+    q = static_cast<const bf16*>(out.q) + (t0 * a.H + h) * kD;
+    gam = a.gamma + (chunk0 * a.HV + hv) * kC;
+  }
+  // Chunk c into stage d by the block's first `Threads` threads (one copy group), Q unless `with_q` is false
+  // (fetch_q copies it).
+  template <int Threads, int WG>
+  __device__ __forceinline__ void fetch(FusedStage<WG>& d, int64_t c, bool with_q = true) const {
+    const int len = int(min_i64(kC, seq_len - c * kC));
+    copy_rows_at<Threads, true>(d.w, sw128, w + c * uw_step, kD, kC);
+    copy_rows_at<Threads, true>(d.k, sw128, k + c * kC * qk_row, qk_row, len);
+    if (with_q) copy_rows_at<Threads, true>(d.q, sw128, q + c * kC * qk_row, qk_row, len);
+    constexpr int kPieces = 8 * WG;  // U's 16-byte pieces per row
+#pragma unroll
+    for (int i = 0; i < kC * kPieces / Threads; ++i) {
+      const int e = i * Threads + int(threadIdx.x), r = e / kPieces, col = (e % kPieces) * 8;
+      cp_async16(d.u + sw128(r, col), u + c * uw_step + r * kD + col, true);
+    }
+    if (threadIdx.x < kC / 4) cp_async16(d.gam + threadIdx.x * 4, gam + c * gam_step + threadIdx.x * 4, true);
+    cp_async_commit();
+  }
+  // Q of chunk c into stage d by the warpgroup of rank wt (128 threads; one copy group).
+  template <int WG>
+  __device__ __forceinline__ void fetch_q(FusedStage<WG>& d, int64_t c, int wt) const {
+    const int len = int(min_i64(kC, seq_len - c * kC));
+    const int r0 = wt / 16, col = (wt % 16) * 8;
+#pragma unroll
+    for (int pass = 0; pass < kC / 8; ++pass) {
+      const int i = r0 + pass * 8;
+      const bool valid = i < len;
+      const bf16* from = q + c * kC * qk_row + (valid ? i * qk_row : 0) + col;
+      cp_async16(d.q + sw128(i, col), from, valid);
+    }
+    cp_async_commit();
+  }
+};
+
+template <int NS, int WG, class Out>
+__global__ void __launch_bounds__(128 * WG, 1)
+    recurrence_out_wg_kernel(RecurrenceArgs a, OutputArgs out, const bf16* u_all, const bf16* w_all) {
+  constexpr int kThreadsB = 128 * WG, kCols = 64 * WG, kTiles = kD / kCols, kFlags = kCols / kTcTile;
+  wait_for_previous_grid();
+  const ChainPlace place = chain_place<kTiles>(a);
+  const int64_t s = place.s, n = place.n, slot_base = place.slot_base, ev_base = place.ev_base;
+  const int hv = place.hv, tile = place.tile;
+  const int g = int(threadIdx.x) >> 7, wt = int(threadIdx.x) & 127;  // warpgroup, thread in it
+  const int col0 = tile * kCols + g * 64;                            // this warpgroup's V columns
+  const int warp = wt >> 5, row0 = warp * 16 + ((wt & 31) >> 2);     // rows row0 (+ 8) of each 64-row half
+  extern __shared__ __align__(16) unsigned char smem_raw[];
+  FusedSmem<NS, WG>& sm =
+      *reinterpret_cast<FusedSmem<NS, WG>*>(smem_raw + ((1024 - (smem_addr(smem_raw) & 1023)) & 1023));
+  let_next_grid_start();
+  Publisher<kFlags> publish{a.progress + progress_flag_index(s, a.HV, hv, kVTiles, tile * kFlags)};
+  float st[2][32];
+  load_state_block(st, a.initial_state ? a.initial_state + (s * a.HV + hv) * kD * kD : nullptr, row0, col0);
+  bf16* const sb = sm.sb[g];
+  bf16* const vh = sm.vh[g];
+  auto store_sb = [&]() {
+    for (int mt = 0; mt < 2; ++mt) store_acc_sw128(sb + mt * kC * 64, st[mt], 0);
+  };
+  auto write_snapshot = [&](int64_t slot) {
+    store_snapshot_block(reinterpret_cast<bf16*>(a.snapshots) + (slot_base + slot) * kD * kD + col0, sb, wt);
+  };
+  store_sb();
+  fence_proxy_async();  // Sb, written by ordinary stores, is read by the first event's wgmma
+  __syncthreads();
+
+  const FusedSources src(a, out, u_all, w_all, s, hv, tile * kCols);
+  const int64_t seq_t0 = a.seq_start[s];
+  Out* const o_cols = static_cast<Out*>(out.o) + (seq_t0 * a.HV + hv) * kD + col0 + (wt & 3) * 2;
+  const int64_t o_row = int64_t(a.HV) * kD;
+  auto fetch = [&](int buf, int64_t c) { src.fetch<kThreadsB>(sm.stage[buf], c); };
+  const uint64_t sb_desc = sw128_desc(sb), vh_desc = sw128_desc(vh);
+
+  int64_t slot = 0;
+  auto wait = [](int, int inflight) { cp_async_wait_but(inflight - 1); };
+  const float pending = for_each_event<NS>(
+      a, sm.mask, sm.decay, n, ev_base, publish, fetch, wait, write_snapshot, [] {},
+      tile == 0 ? a.snapshot_chunk + slot_base : nullptr,
+      [](float, auto) { __trap(); },  // a skipped chunk: never, the dense selector keeps every one
+      [&](int buf, int64_t c, float big_gamma, auto flush_snapshot, auto fetch_next) {
+        FusedStage<WG>& cs = sm.stage[buf];
+        bf16* const vr = cs.u + g * (kC * 64);
+        float acc[32], o[32], x[32];
+        wgmma_fence();
+        times_sb(acc, cs.w, sb_desc);  // v̂'s product, which the chain waits on
+        wgmma_commit();
+        times_sb(o, cs.q, sb_desc);  // Q Sb and Q Kᵀ, for the output
+        times_kt(x, cs.q, cs.k);
+        wgmma_commit();
+        // While the products run: the previous event's snapshot, the next copies.
+        flush_snapshot();
+        fetch_next();
+        wgmma_wait_pending<1>(acc);
+        form_v(acc, vr, vh, cs.gam, big_gamma, row0);
+        fence_proxy_async();
+        __syncthreads();
+        issue_state_update(st, cs.k, vh_desc, big_gamma, warp);  // S = e^Γ S + Kᵀ Vh
+        // Q Sb and Q Kᵀ are done (committed before the state's products): O = e^γ ⊙ (Q Sb) + A v̂.
+        wgmma_wait_pending<1>(o);
+        wgmma_wait_pending<1>(x);
+        uint32_t fa[kC / 16][4];
+        causal_fragments(fa, x, o, cs.gam, row0);
+        add_a_v(o, fa, vr);
+        wgmma_wait_pending<0>(st[0]);
+        wgmma_wait_pending<0>(st[1]);
+        store_sb();
+        fence_proxy_async();
+        store_o_rows(o_cols + c * kC * o_row, o_row, o, out.scale, row0,
+                     int(min_i64(kC, src.seq_len - c * kC)));
+      },
+      slot);
+  if (a.final_state)
+    store_state_block(a.final_state + (s * a.HV + hv) * kD * kD, st, exp_ftz(pending), row0, col0);
+  if (tile == 0 && threadIdx.x == 0) a.snapshot_count[s * a.HV + hv] = int32_t(slot + 1);
+}
+
+// The warp-specialised form: per block 64 columns of one (sequence, value head), warpgroup 0 the chain
+// (v̂ = U − W Sb, the state's update, the copies of W, K, U, γ), warpgroup 1 the outputs (Q Sb, Q Kᵀ, A v̂,
+// O, the snapshots, the copies of Q), in step: per chunk c two block barriers, P1 (chunk c's operands
+// copied, Sb = bf16(S_c)) and P2 (v̂ written). Between P1 and P2 the chain computes W Sb and v̂, the outputs
+// Q Sb and A and store snapshot c from Sb; between P2 and the next P1 the chain updates the state, writes Sb
+// and waits for chunk c + 1's copies, the outputs add A v̂, store O and wait for chunk c + 1's Q (both
+// issued after P1, into the stage chunk c − 1 had, which neither reads after P1). Sb is read only before P2
+// and written only after it, so one copy serves. (The snapshots and Q's copy moved from the chain to the
+// outputs: 2 x 16K dense 1.014, 1.013 → 0.992, 0.990 ms, 2026-12-01 11:43Z.)
+template <class Out>
+__global__ void __launch_bounds__(256, 1)
+    recurrence_out_ws_kernel(RecurrenceArgs a, OutputArgs out, const bf16* u_all, const bf16* w_all) {
+  constexpr int kTiles = kD / 64;
+  wait_for_previous_grid();
+  const ChainPlace place = chain_place<kTiles>(a);
+  const int64_t s = place.s, n = place.n, slot_base = place.slot_base;
+  const int hv = place.hv, tile = place.tile, col0 = tile * 64;
+  const bool chain = threadIdx.x < 128;
+  const int wt = int(threadIdx.x) & 127, warp = wt >> 5, row0 = warp * 16 + ((wt & 31) >> 2);
+  extern __shared__ __align__(16) unsigned char smem_raw[];
+  FusedSmem<2, 1>& sm =
+      *reinterpret_cast<FusedSmem<2, 1>*>(smem_raw + ((1024 - (smem_addr(smem_raw) & 1023)) & 1023));
+  let_next_grid_start();
+  const FusedSources src(a, out, u_all, w_all, s, hv, col0);
+  bf16* const sb = sm.sb[0];
+  bf16* const vh = sm.vh[0];
+  const uint64_t sb_desc = sw128_desc(sb), vh_desc = sw128_desc(vh);
+  bf16* const snaps = reinterpret_cast<bf16*>(a.snapshots) + slot_base * kD * kD + col0;
+  float st[2][32];
+  if (chain) {
+    load_state_block(st, a.initial_state ? a.initial_state + (s * a.HV + hv) * kD * kD : nullptr, row0, col0);
+    for (int mt = 0; mt < 2; ++mt) store_acc_sw128(sb + mt * kC * 64, st[mt], 0);
+    if (n > 0) src.fetch<128>(sm.stage[0], 0, false);
+  } else if (n > 0) {
+    src.fetch_q(sm.stage[0], 0, wt);
+  }
+  cp_async_wait_all();
+  fence_proxy_async();
+  Out* const o_cols =
+      static_cast<Out*>(out.o) + (int64_t(a.seq_start[s]) * a.HV + hv) * kD + col0 + (wt & 3) * 2;
+  const int64_t o_row = int64_t(a.HV) * kD;
+  for (int64_t c = 0; c < n; ++c) {
+    FusedStage<1>& cs = sm.stage[c & 1];
+    const float big_gamma = a.chunk_decay[place.ev_base + c];
+    __syncthreads();  // P1
+    if (chain) {
+      float acc[32];
+      wgmma_fence();
+      times_sb(acc, cs.w, sb_desc);
+      wgmma_commit();
+      if (c + 1 < n) src.fetch<128>(sm.stage[(c + 1) & 1], c + 1, false);
+      wgmma_wait_pending<0>(acc);
+      form_v(acc, cs.u, vh, cs.gam, big_gamma, row0);
+      fence_proxy_async();
+      named_barrier(1, 256);                                   // P2
+      issue_state_update(st, cs.k, vh_desc, big_gamma, warp);  // S = e^Γ S + Kᵀ Vh
+      wgmma_wait_pending<0>(st[0]);
+      wgmma_wait_pending<0>(st[1]);
+      for (int mt = 0; mt < 2; ++mt) store_acc_sw128(sb + mt * kC * 64, st[mt], 0);
+      cp_async_wait_all();  // chunk c + 1's copies
+      fence_proxy_async();
+    } else {
+      float o[32], x[32];
+      wgmma_fence();
+      times_sb(o, cs.q, sb_desc);
+      times_kt(x, cs.q, cs.k);
+      wgmma_commit();
+      // While the products run: snapshot c (S_c), chunk c + 1's Q.
+      store_snapshot_block(snaps + c * kD * kD, sb, wt);
+      if (tile == 0 && wt == 0) a.snapshot_chunk[slot_base + c] = int32_t(c) - 1;
+      if (c + 1 < n) src.fetch_q(sm.stage[(c + 1) & 1], c + 1, wt);
+      wgmma_wait_pending<0>(o);
+      wgmma_wait_pending<0>(x);
+      uint32_t fa[kC / 16][4];
+      causal_fragments(fa, x, o, cs.gam, row0);
+      named_barrier(1, 256);  // P2
+      add_a_v(o, fa, cs.u);
+      store_o_rows(o_cols + c * kC * o_row, o_row, o, out.scale, row0,
+                   int(min_i64(kC, src.seq_len - c * kC)));
+      cp_async_wait_all();  // chunk c + 1's Q
+      fence_proxy_async();
+    }
+  }
+  __syncthreads();  // the last Sb
+  if (!chain) {
+    store_snapshot_block(snaps + n * kD * kD, sb, wt);
+    if (tile == 0 && wt == 0) {
+      a.snapshot_chunk[slot_base + n] = int32_t(n) - 1;
+      a.snapshot_count[s * a.HV + hv] = int32_t(n + 1);
+    }
+  } else if (a.final_state) {
+    store_state_block(a.final_state + (s * a.HV + hv) * kD * kD, st, 1.f, row0, col0);
+  }
+}
+
 size_t prepare_tc_smem() {
   return kPrepSmemBytes;
 }
@@ -2927,7 +3323,8 @@ size_t output_smem(const Problem& p) {
 
 // The measuring aids below are environment variables holding one digit (SGDN_CUDA_STAGE_TIMING=1,
 // SGDN_CUDA_SERIAL_OUTPUTS=1, SGDN_CUDA_REC_STAGES=2|3, SGDN_CUDA_REC_WIDE=0|1, SGDN_CUDA_V_THROUGH=0|1,
-// SGDN_CUDA_REC_WARPS=4|8, SGDN_CUDA_OUT_RUN=1|2|4, SGDN_CUDA_REC_WG=0|1, SGDN_CUDA_OUT_WG=0);
+// SGDN_CUDA_REC_WARPS=4|8, SGDN_CUDA_OUT_RUN=1|2|4, SGDN_CUDA_REC_WG=0|1, SGDN_CUDA_OUT_WG=0,
+// SGDN_CUDA_FUSED=0|1|2|3);
 // anything else, or unset, reads as -1 (off).
 int measuring_switch(const char* name) {
   const char* env = std::getenv(name);
@@ -3027,7 +3424,8 @@ int recurrence_warps(const Problem& p, int columns) {
 // blocks (v35) the chain's 5 % for the v stores costs more than the outputs save (dense 16K 0.662 → 0.639,
 // 32K 1.310 → 1.241 ms; with the mma.sync output blocks it had paid, 32K 0.926 → 0.976 ms of chain for
 // outputs 0.590 → 0.528, forwards 0.5-1 % faster). SGDN_CUDA_V_THROUGH=0 or 1 forces it off or on for the
-// dense selector with G = 1 (a measuring aid).
+// dense selector with G = 1 (a measuring aid). (Since v40 those packed runs compute their outputs in the
+// recurrence's pass, see fused_warpgroups; this path remains for SGDN_CUDA_FUSED=0 and the mma.sync blocks.)
 bool v_through_memory(const Problem& p, int columns) {
   if (p.selector != SelectorKind::dense || p.group != 1) return false;
   const int forced = measuring_switch("SGDN_CUDA_V_THROUGH");
@@ -3075,6 +3473,26 @@ int output_run(const Problem& p, int multiprocessors) {
   if (p.num_seqs == 1 && chain_bound(p) >= 1) return 1;
   const int64_t blocks_of_one = p.max_chunks() * p.v_heads, enough = int64_t(16) * multiprocessors;
   return blocks_of_one >= 4 * enough ? 4 : blocks_of_one >= 2 * enough ? 2 : 1;
+}
+// Whether the dense selector's recurrence computes the outputs in the same pass, and in which form: 0 no (the
+// separate stages), 1 or 2 recurrence_out_wg_kernel with that many warpgroups per block (64 or 128 columns),
+// 3 recurrence_out_ws_kernel (64 columns, the chain and the outputs on two warpgroups). Where the 64-column
+// warpgroup recurrence blocks would be chosen (G = 1, more 32-column blocks than multiprocessors: packed
+// batches), the separate stages moved each chunk's v and state through memory from one to the other, and
+// the outputs mostly followed the recurrence (at 4 x 8K its blocks fill every multiprocessor); in one pass
+// neither happens. One block per multiprocessor: the warp-specialised 64-column blocks while they fit in one
+// wave (2 x 16K: 1.122, 1.124 → 1.017, 1.017 ms), else 128 columns on two warpgroups (4 x 8K: 1.111, 1.115
+// → 0.966, 0.974; with 64 columns they would take two waves). 64 columns on one warpgroup, which has the
+// chain wait on the output's products, was slower than the separate stages (2 x 16K 1.220, 1.213 against
+// 1.122, 1.110). B = 1 keeps its 32-column chains with the output blocks beside them. Measured 2026-12-01
+// 11:28Z-11:39Z, dense, ms. SGDN_CUDA_FUSED=0 keeps the separate stages, 1, 2 or 3 forces that form wherever
+// the dense selector has G = 1 on tensor cores (measuring aids and tests).
+int fused_warpgroups(const Problem& p, int multiprocessors, int columns) {
+  if (!p.uses_tensor_cores() || p.selector != SelectorKind::dense || p.group != 1) return 0;
+  const int forced = measuring_switch("SGDN_CUDA_FUSED");
+  if (forced >= 0 && forced <= 3) return forced;
+  if (columns != 64 || !recurrence_wgmma(columns)) return 0;
+  return tc::recurrence_tc_blocks(p, 64) > multiprocessors ? 2 : 3;
 }
 // Launches `kernel` (named `name` in errors) with its dynamic shared memory. early: programmatic dependent
 // launch, the kernel's blocks may be placed while the kernel before it in the stream still runs (from the
@@ -3338,7 +3756,8 @@ std::string forward(const Problem& p, const DeviceTensors& t, void* workspace, s
                    statistic};
   const dim3 chunk_grid{unsigned(nmax), unsigned(HV), 1u};
   const int rec_columns = use_tc ? recurrence_columns(p, sms) : 0;
-  const bool v_in_u = use_tc && v_through_memory(p, rec_columns);
+  const int fused = use_tc ? fused_warpgroups(p, sms, rec_columns) : 0;
+  const bool v_in_u = use_tc && !fused && v_through_memory(p, rec_columns);
   auto* u_tc = reinterpret_cast<__nv_bfloat16*>(ws.u);
   auto* w_tc = reinterpret_cast<__nv_bfloat16*>(ws.w);
   std::string err;
@@ -3421,6 +3840,28 @@ std::string forward(const Problem& p, const DeviceTensors& t, void* workspace, s
     if (std::string e = expand_mask(ws.unit_mask, nullptr); !e.empty()) return e;
 
   timer.mark("selection");
+  // The output stage's arguments (read by the recurrence too where it computes the outputs).
+  OutputArgs out{t.q,
+                 t.k,
+                 ws.group_info,
+                 ws.gamma,
+                 ws.u,
+                 ws.w,
+                 ws.snapshots,
+                 ws.group_slot,
+                 ws.group_log_decay,
+                 ws.progress,
+                 ws.blocks_done,
+                 p.qk_heads,
+                 HV,
+                 p.key_dim,
+                 p.value_dim,
+                 p.chunk,
+                 out_group,
+                 VT,
+                 scale,
+                 t.o};
+  const bool out_bf16 = p.output_dtype == DType::bfloat16;
   // 5. sparse recurrence
   RecurrenceArgs rec{t.k,
                      t.initial_state,
@@ -3443,7 +3884,20 @@ std::string forward(const Problem& p, const DeviceTensors& t, void* workspace, s
                      ws.snapshot_count,
                      t.final_state,
                      ws.progress};
-  if (use_tc) {
+  if (fused) {
+    using tc::recurrence_out_wg_kernel, tc::recurrence_out_ws_kernel;
+    const auto kernel =
+        fused == 1   ? (out_bf16 ? recurrence_out_wg_kernel<2, 1, __nv_bfloat16>
+                                 : recurrence_out_wg_kernel<2, 1, float>)
+        : fused == 2 ? (out_bf16 ? recurrence_out_wg_kernel<2, 2, __nv_bfloat16>
+                                 : recurrence_out_wg_kernel<2, 2, float>)
+                     : (out_bf16 ? recurrence_out_ws_kernel<__nv_bfloat16> : recurrence_out_ws_kernel<float>);
+    const size_t smem = fused == 2 ? tc::fused_smem_bytes<2, 2>() : tc::fused_smem_bytes<2, 1>();
+    const int columns = fused == 2 ? 128 : 64;
+    err = launch_kernel(fused == 3 ? "recurrence_out_ws_kernel" : "recurrence_out_wg_kernel", kernel,
+                        dim3(unsigned(tc::recurrence_tc_blocks(p, columns))), fused == 1 ? 128 : 256, smem,
+                        stream, true, rec, out, u_tc, w_tc);
+  } else if (use_tc) {
     const dim3 grid{unsigned(tc::recurrence_tc_blocks(p, rec_columns))};
     const int stages = recurrence_stages(p, sms, rec_columns);
     // Which kernel by its own flag, not by its thread count: the 4-warp mma.sync blocks have 128 threads too.
@@ -3475,29 +3929,10 @@ std::string forward(const Problem& p, const DeviceTensors& t, void* workspace, s
 
   timer.mark("recurrence");
   // 6. outputs
-  OutputArgs out{t.q,
-                 t.k,
-                 ws.group_info,
-                 ws.gamma,
-                 ws.u,
-                 ws.w,
-                 ws.snapshots,
-                 ws.group_slot,
-                 ws.group_log_decay,
-                 ws.progress,
-                 ws.blocks_done,
-                 p.qk_heads,
-                 HV,
-                 p.key_dim,
-                 p.value_dim,
-                 p.chunk,
-                 out_group,
-                 VT,
-                 scale,
-                 t.o};
   const dim3 out_grid{unsigned(nmax), unsigned(HV), unsigned(vtiles)};
-  const bool out_bf16 = p.output_dtype == DType::bfloat16;
-  if (use_tc) {
+  if (fused) {
+    // computed with the recurrence
+  } else if (use_tc) {
     // Groups of g = out_group chunks: at most Σ ceil(n_s / g) <= (Σ n_s + S (g − 1)) / g, and Σ n_s <= nmax.
     const dim3 grid{unsigned((nmax + S * (out_group - 1) + out_group - 1) / out_group * HV), 1u, 1u};
     const bool wg = output_wgmma(p);

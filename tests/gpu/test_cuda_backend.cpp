@@ -648,7 +648,17 @@ TEST_CASE("CUDA tensor-core path matches float64 within the bf16 bound", "[gpu][
     // 32-column blocks keep) are forced once too, at both widths, and with them the mma.sync output blocks
     // (G = 1 has warpgroup output blocks by default; G > 1 has only the mma.sync ones) and v through memory
     // (G = 1; by default only at 64 columns).
-    for (const char* warps : {"", "8"}) {
+    // And the dense selector's recurrence with its outputs in one pass (G = 1): by default where the blocks
+    // are warpgroup blocks of 64 columns (the 32-head cases: for 2 sequences the warp-specialised blocks, for
+    // 6 blocks of 2 warpgroups), forced in each form on every case (1 and 2 warpgroups, warp-specialised),
+    // and switched off once (the separate stages, v through memory).
+    struct Variant {
+      const char *warps, *fused;
+    };
+    for (const auto& [warps, fused] : {Variant{"", ""}, Variant{"8", ""}, Variant{"", "1"}, Variant{"", "2"},
+                                       Variant{"", "3"}, Variant{"", "0"}}) {
+      if (*fused && cs.group > 1) continue;  // one pass only with G = 1
+      const ScopedEnv one_pass("SGDN_CUDA_FUSED", fused);
       const ScopedEnv rec_warps("SGDN_CUDA_REC_WARPS", warps);
       const ScopedEnv mma_sync("SGDN_CUDA_REC_WG", *warps ? "0" : "");
       const ScopedEnv mma_sync_outputs("SGDN_CUDA_OUT_WG", *warps ? "0" : "");
@@ -661,15 +671,25 @@ TEST_CASE("CUDA tensor-core path matches float64 within the bf16 bound", "[gpu][
         options.tensor_cores = true;
         const EngineResult<float> gpu = run_cuda(in, s.config, options);
         const double err_o = rel_error(gpu.o, ref.o), err_s = rel_error(gpu.final_state, ref.final_state);
-        std::printf("tc dense T=%lld B=%lld HV=%lld S0=%d G=%lld out %s%s: rel err o %.3e state %.3e\n",
+        std::printf("tc dense T=%lld B=%lld HV=%lld S0=%d G=%lld out %s%s%s%s: rel err o %.3e state %.3e\n",
                     (long long)cs.shape.tokens, (long long)cs.shape.batch, (long long)cs.shape.v_heads,
                     int(cs.initial_state), (long long)cs.group, out16 ? "bf16" : "fp32",
-                    *warps ? ", 8 warps" : "", err_o, err_s);
-        INFO("tc case " << index << (*warps ? ", 8-warp recurrence blocks" : ""));
+                    *warps ? ", 8 warps" : "", *fused ? ", SGDN_CUDA_FUSED=" : "", fused, err_o, err_s);
+        INFO("tc case " << index << (*warps ? ", 8-warp recurrence blocks" : "")
+                        << (*fused ? ", SGDN_CUDA_FUSED=" : "") << fused);
         CHECK(err_o <= 1e-2);
         CHECK(err_s <= 1e-2);
         worst = std::max(worst, std::max(err_o, err_s));
         for (uint8_t m : gpu.event_mask.values()) REQUIRE(m == 1);
+      }
+      // The snapshots too (the one-pass kernel writes them beside the outputs), against the CPU engine on the
+      // bf16-rounded inputs.
+      if (cs.group == 1) {
+        Inputs<float> rounded = in;
+        round_to_bf16(rounded);
+        const TcAgainstCpu r = run_tc_against_cpu(rounded, s.config);
+        REQUIRE(r.differ == 0);
+        worst = std::max(worst, check_tc_outputs(r));
       }
     }
     ++index;
@@ -997,6 +1017,13 @@ TEST_CASE("CUDA small sparse case for the sanitizers", "[gpu][small]") {
     // v through memory with 32-column recurrence blocks (a measuring aid's path; by default only 64-column
     // blocks take it), past the sequences' ragged ends and the empty one
     const ScopedEnv v_through("SGDN_CUDA_V_THROUGH", "1");
+    check_varlen(tc);
+  }
+  // The dense selector's recurrence with its outputs in one pass, in each of its forms (by default only
+  // packed batches of many heads take one): 1 and 2 warpgroups, warp-specialised.
+  for (const char* form : {"1", "2", "3"}) {
+    const ScopedEnv one_pass("SGDN_CUDA_FUSED", form);
+    INFO("SGDN_CUDA_FUSED=" << form);
     check_varlen(tc);
   }
 }
