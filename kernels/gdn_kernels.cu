@@ -1237,17 +1237,18 @@ __device__ __forceinline__ void cp_async_wait_but(int pending) {
 }
 
 // rows x 128 bf16 from global rows (row stride `gstride` elements) into a tile whose element (r, c) is at
-// dst + at(r, c); rows >= len become zeros. Every thread of the block (`Threads` of them) takes part, 16
+// dst + at(r, c); rows >= len become zeros. `Threads` threads take part (the block's, or those of rank 0 ..
+// Threads − 1 by `rank`, e.g. one warpgroup's), 16
 // consecutive threads per row, `rows` a multiple of Threads / 16. With the thread count known at compile
 // time each thread's column and row step are constants, and the passes unroll into back-to-back copies
 // (Unrolled) or stay a loop that issues one copy per turn (for blocks that run beside a dense recurrence,
 // see output_tc_kernel).
 template <int Threads, bool Unrolled, class At>
 __device__ __forceinline__ void copy_rows_at(bf16* dst, At at, const bf16* src, int64_t gstride, int len,
-                                             int rows = kC) {
+                                             int rows = kC, int rank = int(threadIdx.x)) {
   constexpr int kPieces = kD / 8, kRowStep = Threads / kPieces;  // 16-byte pieces per row; rows per pass
   static_assert(Threads % kPieces == 0, "whole rows per pass");
-  const int r0 = int(threadIdx.x) / kPieces, col = (int(threadIdx.x) % kPieces) * 8;
+  const int r0 = rank / kPieces, col = (rank % kPieces) * 8;
   constexpr int kUnroll = Unrolled ? 8 : 1;  // every pass (rows / kRowStep is at most 8), or one at a time
   const bf16* from = src + r0 * gstride + col;
 #pragma unroll kUnroll
@@ -1530,14 +1531,18 @@ __device__ __forceinline__ void wy_product(bf16* out, const uint32_t (&f)[4][4],
   }
 }
 // D (64 x 64) = X Yᵀ over k = 128 for sw128 tiles X, Y (K Kᵀ, U Uᵀ): four steps in each 64-column half.
+// d (64 x 64) = X Yᵀ over k = 128 for sw128 tiles X, Y (Q Kᵀ): four steps in each 64-column half. Issued, not
+// committed.
+__device__ __forceinline__ void times_abt(float (&d)[32], const bf16* x, const bf16* y) {
+#pragma unroll
+  for (int ks = 0; ks < kD / 16; ++ks)
+    wgmma_m64n64k16_ss(d, sw128_desc(x + (ks >> 2) * (kC * 64)) + (ks & 3) * kSwKMajorStep,
+                       sw128_desc(y + (ks >> 2) * (kC * 64)) + (ks & 3) * kSwKMajorStep, ks);
+}
+// The same committed and waited for (K Kᵀ, U Uᵀ).
 __device__ __forceinline__ void abt_product(float (&acc)[32], const bf16* x, const bf16* y) {
   wgmma_fence();
-#pragma unroll
-  for (int ks = 0; ks < kD / 16; ++ks) {
-    const int half = ks / 4, step = ks % 4;
-    wgmma_m64n64k16_ss(acc, sw128_desc(x + half * kC * 64) + step * kSwKMajorStep,
-                       sw128_desc(y + half * kC * 64) + step * kSwKMajorStep, ks);
-  }
+  times_abt(acc, x, y);
   wgmma_commit();
   wgmma_wait_all(acc);
 }
@@ -2219,6 +2224,29 @@ __global__ void __launch_bounds__(NW * 32, VT == 64 ? 2 : 0)  // 64: two blocks 
   if (tile == 0 && threadIdx.x == 0) a.snapshot_count[s * a.HV + hv] = int32_t(slot + 1);
 }
 
+// This thread's part of a 128 x 64 state block (columns col0..) as a warpgroup's two accumulators: rows
+// 64 mt + row0 (+ 8), columns col0 + 8 j + 2 tq (+ 1), st[mt][4 j + (i & 1) + 2 (half)], from `from`
+// ([128][128] fp32) or zero ...
+__device__ __forceinline__ void load_state_block(float (&st)[2][32], const float* from, int row0, int col0) {
+  const int tq = threadIdx.x & 3;
+  for (int mt = 0; mt < 2; ++mt)
+    for (int i = 0; i < 32; ++i) {
+      const int d = mt * 64 + row0 + ((i >> 1) & 1) * 8, col = col0 + (i >> 2) * 8 + tq * 2 + (i & 1);
+      st[mt][i] = from ? from[d * kD + col] : 0.f;
+    }
+}
+// ... and into `to`, times `factor`.
+__device__ __forceinline__ void store_state_block(float* to, const float (&st)[2][32], float factor, int row0,
+                                                  int col0) {
+  const int tq = threadIdx.x & 3;
+  for (int mt = 0; mt < 2; ++mt)
+    for (int j = 0; j < 8; ++j)
+      for (int half = 0; half < 2; ++half) {
+        const int d = mt * 64 + row0 + half * 8, col = col0 + j * 8 + tq * 2;
+        *reinterpret_cast<float2*>(to + d * kD + col) =
+            make_float2(st[mt][4 * j + 2 * half] * factor, st[mt][4 * j + 2 * half + 1] * factor);
+      }
+}
 // S = e^Γ S + Kᵀ Vh for a warpgroup's 128 x 64 state block (two accumulators of 64 rows, k = 64): Kᵀ's
 // fragments from the sw128 tile k (rows 16 w.. of each 64-row half, w this warp's rank in its warpgroup), Vh
 // through its descriptor. Issued and committed, not waited for.
@@ -2284,11 +2312,7 @@ __global__ void __launch_bounds__(kWgThreads)
   Publisher<kFlags> publish{a.progress + progress_flag_index(s, a.HV, hv, kVTiles, tile * kFlags)};
   const int row0 = warp * 16 + gq;  // this thread's rows: row0 (+ 8) of each 64-row half
   float st[2][32];
-  for (int mt = 0; mt < 2; ++mt)
-    for (int i = 0; i < 32; ++i) {
-      const int d = mt * 64 + row0 + ((i >> 1) & 1) * 8, col = col0 + (i >> 2) * 8 + tq * 2 + (i & 1);
-      st[mt][i] = a.initial_state ? a.initial_state[((s * a.HV + hv) * kD + d) * kD + col] : 0.f;
-    }
+  load_state_block(st, a.initial_state ? a.initial_state + (s * a.HV + hv) * kD * kD : nullptr, row0, col0);
   auto store_sb = [&]() {
     for (int mt = 0; mt < 2; ++mt) store_acc_sw128(sm.sb + mt * kC * kWgCols, st[mt], 0);
   };
@@ -2391,16 +2415,8 @@ __global__ void __launch_bounds__(kWgThreads)
         fence_proxy_async();
       },
       slot);
-  if (a.final_state) {
-    const float carried = exp_ftz(pending);
-    for (int mt = 0; mt < 2; ++mt)
-      for (int j = 0; j < 8; ++j)
-        for (int half = 0; half < 2; ++half) {
-          const int d = mt * 64 + row0 + half * 8, col = col0 + j * 8 + tq * 2;
-          *reinterpret_cast<float2*>(a.final_state + ((s * a.HV + hv) * kD + d) * kD + col) =
-              make_float2(st[mt][4 * j + 2 * half] * carried, st[mt][4 * j + 2 * half + 1] * carried);
-        }
-  }
+  if (a.final_state)
+    store_state_block(a.final_state + (s * a.HV + hv) * kD * kD, st, exp_ftz(pending), row0, col0);
   if (tile == 0 && threadIdx.x == 0) a.snapshot_count[s * a.HV + hv] = int32_t(slot + 1);
 }
 
@@ -2856,36 +2872,6 @@ __device__ __forceinline__ void times_sb(float (&d)[32], const bf16* x, uint64_t
     wgmma_m64n64k16_ss_t(d, sw128_desc(x + (ks >> 2) * (kC * 64)) + (ks & 3) * kSwKMajorStep,
                          sb_desc + ks * kSwMnMajorStep, ks);
 }
-// d (64 x 64) = Q Kᵀ over k = 128 (sw128 tiles). Issued, not committed.
-__device__ __forceinline__ void times_kt(float (&d)[32], const bf16* q, const bf16* k) {
-#pragma unroll
-  for (int ks = 0; ks < kD / 16; ++ks)
-    wgmma_m64n64k16_ss(d, sw128_desc(q + (ks >> 2) * (kC * 64)) + (ks & 3) * kSwKMajorStep,
-                       sw128_desc(k + (ks >> 2) * (kC * 64)) + (ks & 3) * kSwKMajorStep, ks);
-}
-// This thread's part of a 128 x 64 state block (columns col0..) as a warpgroup's two accumulators: rows
-// 64 mt + row0 (+ 8), columns col0 + 8 j + 2 tq (+ 1), st[mt][4 j + (i & 1) + 2 (half)], from `from`
-// ([128][128] fp32) or zero ...
-__device__ __forceinline__ void load_state_block(float (&st)[2][32], const float* from, int row0, int col0) {
-  const int tq = threadIdx.x & 3;
-  for (int mt = 0; mt < 2; ++mt)
-    for (int i = 0; i < 32; ++i) {
-      const int d = mt * 64 + row0 + ((i >> 1) & 1) * 8, col = col0 + (i >> 2) * 8 + tq * 2 + (i & 1);
-      st[mt][i] = from ? from[d * kD + col] : 0.f;
-    }
-}
-// ... and into `to`, times `factor`.
-__device__ __forceinline__ void store_state_block(float* to, const float (&st)[2][32], float factor, int row0,
-                                                  int col0) {
-  const int tq = threadIdx.x & 3;
-  for (int mt = 0; mt < 2; ++mt)
-    for (int j = 0; j < 8; ++j)
-      for (int half = 0; half < 2; ++half) {
-        const int d = mt * 64 + row0 + half * 8, col = col0 + j * 8 + tq * 2;
-        *reinterpret_cast<float2*>(to + d * kD + col) =
-            make_float2(st[mt][4 * j + 2 * half] * factor, st[mt][4 * j + 2 * half + 1] * factor);
-      }
-}
 // Snapshot rows from a warpgroup's Sb (128 rows x 64 columns, sw128 halves) to `dst` (row stride 128): eight
 // 16-byte pieces per thread of the warpgroup (wt its rank there).
 __device__ __forceinline__ void store_snapshot_block(bf16* dst, const bf16* sb, int wt) {
@@ -3002,18 +2988,11 @@ struct FusedSources {
     if (threadIdx.x < kC / 4) cp_async16(d.gam + threadIdx.x * 4, gam + c * gam_step + threadIdx.x * 4, true);
     cp_async_commit();
   }
-  // Q of chunk c into stage d by the warpgroup of rank wt (128 threads; one copy group).
+  // Q of chunk c into stage d by one warpgroup (wt: the thread's rank in it; one copy group).
   template <int WG>
   __device__ __forceinline__ void fetch_q(FusedStage<WG>& d, int64_t c, int wt) const {
-    const int len = int(min_i64(kC, seq_len - c * kC));
-    const int r0 = wt / 16, col = (wt % 16) * 8;
-#pragma unroll
-    for (int pass = 0; pass < kC / 8; ++pass) {
-      const int i = r0 + pass * 8;
-      const bool valid = i < len;
-      const bf16* from = q + c * kC * qk_row + (valid ? i * qk_row : 0) + col;
-      cp_async16(d.q + sw128(i, col), from, valid);
-    }
+    copy_rows_at<128, true>(d.q, sw128, q + c * kC * qk_row, qk_row, int(min_i64(kC, seq_len - c * kC)), kC,
+                            wt);
     cp_async_commit();
   }
 };
@@ -3069,7 +3048,7 @@ __global__ void __launch_bounds__(128 * WG, 1)
         times_sb(acc, cs.w, sb_desc);  // v̂'s product, which the chain waits on
         wgmma_commit();
         times_sb(o, cs.q, sb_desc);  // Q Sb and Q Kᵀ, for the output
-        times_kt(x, cs.q, cs.k);
+        times_abt(x, cs.q, cs.k);
         wgmma_commit();
         // While the products run: the previous event's snapshot, the next copies.
         flush_snapshot();
@@ -3163,7 +3142,7 @@ __global__ void __launch_bounds__(256, 1)
       float o[32], x[32];
       wgmma_fence();
       times_sb(o, cs.q, sb_desc);
-      times_kt(x, cs.q, cs.k);
+      times_abt(x, cs.q, cs.k);
       wgmma_commit();
       // While the products run: snapshot c (S_c), chunk c + 1's Q.
       store_snapshot_block(snaps + c * kD * kD, sb, wt);
