@@ -1437,6 +1437,38 @@ __device__ __forceinline__ void store_acc_sw128(bf16* tile, const float (&acc)[3
     *reinterpret_cast<uint32_t*>(tile + sw128(r + 8, c)) = pack_bf16(acc[4 * j + 2], acc[4 * j + 3]);
   }
 }
+// The 16 fp32 accumulators of an m64n32 warpgroup product: asm operands %0..%15.
+#define SGDN_WGMMA_ACC16_REGS "{%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15}"
+#define SGDN_WGMMA_ACC16(d)                                                                       \
+  "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), \
+      "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15])
+// 32-column operands stored mn-major in the 64-byte swizzle (sw64: rows of 64 bytes whose 16-byte pieces are
+// permuted by the row pair, piece p of row r at p ^ (r / 2) % 4; the tensor copies' SWIZZLE_64B and the
+// recurrence's swz_u<32>), aligned to 512 bytes: 8-row groups 512 bytes apart, a step of k (16 rows) 1024.
+constexpr uint32_t kSw64MnMajorStep = 1024 >> 4;
+__device__ __forceinline__ uint64_t sw64_desc(const bf16* tile) {
+  return uint64_t(smem_addr(tile) >> 4) | (uint64_t(512 >> 4) << 16) | (uint64_t(512 >> 4) << 32) |
+         (uint64_t(2) << 62);
+}
+// d (64 x 32) (+)= A B, A k-major through its descriptor (sw128), B mn-major (sw64).
+__device__ __forceinline__ void wgmma_m64n32k16_ss_t(float (&d)[16], uint64_t da, uint64_t db,
+                                                     int accumulate) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %18, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n32k16.f32.bf16.bf16 " SGDN_WGMMA_ACC16_REGS
+      ", %16, %17, p, 1, 1, 0, 1;\n}\n"
+      : SGDN_WGMMA_ACC16(d)
+      : "l"(da), "l"(db), "r"(accumulate));
+}
+// d (64 x 32) += A B, A from registers (this warp's 16 x 16 fragment), B mn-major (sw64).
+__device__ __forceinline__ void wgmma_m64n32k16_rs_t(float (&d)[16], const uint32_t (&a)[4], uint64_t db) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, 1, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n32k16.f32.bf16.bf16 " SGDN_WGMMA_ACC16_REGS
+      ", {%16,%17,%18,%19}, %20, p, 1, 1, 1;\n}\n"
+      : SGDN_WGMMA_ACC16(d)
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db));
+}
 // This warp's 16 rows of an sw128 tile to 16 contiguous rows of 128 elements in global memory, 16-byte
 // pieces (16 lanes per row).
 __device__ __forceinline__ void store_rows_sw128(bf16* out, const bf16* tile) {
@@ -1807,8 +1839,8 @@ struct RecSmem {
   static_assert(NS == 2 || NS == 3, "two or three copy stages");
   static constexpr int kLdT = VT + 8;  // row stride of Vh
   RecStage<VT> stage[NS];
-  alignas(1024) bf16 sb[kD * VT];  // swz_u<VT>: the layout of the snapshots' tensor copies
-  bf16 vh[kC * kLdT];
+  alignas(1024) bf16 sb[kD * VT];    // swz_u<VT>: the layout of the snapshots' tensor copies
+  alignas(1024) bf16 vh[kC * kLdT];  // row stride kLdT, or swz_u<VT> for the warpgroup products (Wg)
   uint8_t mask[kWindow];
   float decay[kWindow];
   uint64_t full[NS];  // a stage's copies complete here
@@ -1952,16 +1984,49 @@ __device__ __forceinline__ float for_each_event(const RecurrenceArgs& a, uint8_t
   return pending;
 }
 
+// A measuring build (-DSGDN_TRACE_CHAIN, not the default): each 32- or 64-column mma.sync / warpgroup-product
+// recurrence block sums the clock cycles of an event's phases on its first and last math warps (the v̂
+// product's issue with the snapshot's and copies' calls, v̂ to Vh, the copy waits before the middle barrier,
+// that barrier, the state's update with Sb, the rest up to the next event), and trace_print_kernel, launched
+// after the recurrence, prints them per block with at least 200 events ("TRACE hv .. tile .. warp first|last
+// events .. cycles .. ns .. | six phases in cycles per event"). printf in the recurrence itself would make
+// ptxas serialise its warpgroup products; the outputs no longer run beside the recurrence in this build.
+#ifdef SGDN_TRACE_CHAIN
+constexpr int kTraceBlocks = 1024;
+__device__ long long g_trace[kTraceBlocks][2][12];
+__global__ void trace_print_kernel(int blocks) {
+  for (int b = 0; b < blocks && b < kTraceBlocks; ++b)
+    for (int w = 0; w < 2; ++w) {
+      long long* t = g_trace[b][w];
+      const long long ev = t[0];
+      if (ev >= 200)
+        printf(
+            "TRACE hv %lld tile %lld warp %s events %lld cycles %lld ns %lld | %lld %lld %lld %lld %lld "
+            "%lld\n",
+            t[3] / 1000, t[3] % 1000, w ? "last" : "first", ev, t[1], t[2], t[4] / ev, t[5] / ev, t[6] / ev,
+            t[7] / ev, t[8] / ev, t[10] / ev);
+      t[0] = 0;
+    }
+}
+#endif
+
 // VOut (the dense selector, G = 1): each event's v = U − W Sb (bf16, this block's columns) also goes to
 // memory over the chunk's U, which this block alone reads and has read; the output stage takes it from there.
 // Only for a run in which every chunk is an event (v_through_memory): a skipped chunk would leave U in its
 // place.
-template <int NS, bool VOut, int VT, int NW>
-__global__ void __launch_bounds__(NW * 32, VT == 64 ? 2 : 0)  // 64: two blocks per multiprocessor
+// Wg (8 warps, 32 columns, no VOut): an event's two products as warpgroup products, see recurrence_wg32.
+// Every form has one more warp than its NW math warps: the producer, which issues the copies and the
+// snapshots' tensor copies and waits for them.
+template <int NS, bool VOut, int VT, int NW, bool Wg>
+__global__ void __launch_bounds__(NW * 32 + 32, VT == 64 ? 2 : 0)  // 64: two blocks per multiprocessor
     recurrence_tc_kernel(RecurrenceArgs a, bf16* u_all, const bf16* w_all,
                          const __grid_constant__ RecTmaMaps tma) {
   static_assert(NW == 8 || NW == 4, "8 or 4 warps");
-  constexpr int kBlockThreads = NW * 32;
+  static_assert(!Wg || (NW == 8 && VT == 32 && !VOut),
+                "warpgroup products: 8 warps, 32 columns, v not stored");
+  // NW math warps and one producer warp, whose first thread issues the copies (in and out) and waits for
+  // them; the math warps' path through an event has no copy instructions in it.
+  constexpr int kBlockThreads = NW * 32, kProducer = kBlockThreads;
   constexpr int kTiles = kD / VT, kLdT = RecSmem<NS, VT>::kLdT;
   constexpr int kFlags = VT / kTcTile;           // progress flags this block publishes
   constexpr int kVCols = NW == 8 ? VT / 2 : VT;  // v̂: columns per warp
@@ -1983,7 +2048,11 @@ __global__ void __launch_bounds__(NW * 32, VT == 64 ? 2 : 0)  // 64: two blocks 
   const int col0 = tile * VT;
   const int V = kD;
   const int h = hv / (a.HV / a.H);
-  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, gq = lane >> 2, tq = lane & 3;
+  // (The warp index through a shuffle: visibly warp-uniform to the compiler, so that the warpgroup products
+  // under `math` are not serialised.)
+  const int warp = __shfl_sync(0xffffffffu, int(threadIdx.x >> 5), 0), lane = threadIdx.x & 31,
+            gq = lane >> 2, tq = lane & 3;
+  const bool math = warp < NW;
   extern __shared__ __align__(16) unsigned char smem_raw[];
   RecSmem<NS, VT>& sm =
       *reinterpret_cast<RecSmem<NS, VT>*>(smem_raw + ((1024 - (smem_addr(smem_raw) & 1023)) & 1023));
@@ -2003,29 +2072,30 @@ __global__ void __launch_bounds__(NW * 32, VT == 64 ? 2 : 0)  // 64: two blocks 
     for (int nt = 0; nt < VT / 8; ++nt)
       for (int r = 0; r < 4; ++r) {
         const int d = (warp * kMT + mt) * 16 + gq + (r >> 1) * 8, col = col0 + nt * 8 + tq * 2 + (r & 1);
-        st[mt][nt][r] = a.initial_state ? a.initial_state[((s * a.HV + hv) * kD + d) * V + col] : 0.f;
+        st[mt][nt][r] = math && a.initial_state ? a.initial_state[((s * a.HV + hv) * kD + d) * V + col] : 0.f;
       }
   // Snapshot `slot` from Sb (bf16(S), written, fenced for the async proxy and made visible by a barrier):
-  // one tensor copy (128 rows x VT columns) issued by thread 0, which waits for its read of Sb
+  // one tensor copy (128 rows x VT columns) issued by the producer thread, which waits for its read of Sb
   // (sb_reads_done) before a barrier after which Sb is written again, and for its writes before a barrier
   // that precedes a publication (drain; the events' publications wait for all but the newest). Sb is kept in
   // the copy's swizzled layout (swz_u<VT>: 64-byte rows at 32 columns, 128-byte rows at 64). (Until v38 every
   // thread stored 16-byte pieces read from Sb, kMT VT / 16 loads and stores per thread and event: 0.655 →
   // 0.590 ms of a 32K sparse chain without them; one bulk copy per row, 128 per event, made it 0.93.)
   auto write_snapshot = [&](int64_t slot) {
-    if (threadIdx.x != 0) return;
+    if (threadIdx.x != kProducer) return;
     tma_store_2d(&tma.snap, col0, int((slot_base + slot) * kD), sm.sb);
     bulk_commit();
   };
   auto sb_reads_done = [&] {
-    if (threadIdx.x == 0) bulk_wait_read<0>();
+    if (threadIdx.x == kProducer) bulk_wait_read<0>();
   };
   auto drain = [&] {
-    if (threadIdx.x == 0) bulk_wait_written<0>();
+    if (threadIdx.x == kProducer) bulk_wait_written<0>();
   };
   // This thread's Sb rows r0 (+ 8) of each m-tile: element (r, c) at swz_u<VT>(r, c), the rows 8 apart in
   // the same permutation.
   auto store_sb = [&] {
+    if (!math) return;
     for (int mt = 0; mt < kMT; ++mt) {
       const int r0 = (warp * kMT + mt) * 16 + gq;
       for (int nt = 0; nt < VT / 8; ++nt) {
@@ -2041,10 +2111,10 @@ __global__ void __launch_bounds__(NW * 32, VT == 64 ? 2 : 0)  // 64: two blocks 
 
   // The sequence's offsets once, in registers: fetch() must not wait on global loads before its copies.
   const int64_t seq_chunk0 = a.chunk_offset[s], seq_t0 = a.seq_start[s], seq_len = a.seq_len[s];
-  // An event's copies, issued by thread 0: W (two boxes), K (two), U (this block's columns), γ. The rows of
-  // W and U are the slot's (chunk record, value head) 64; K's are tokens.
+  // An event's copies, issued by the producer thread: W (two boxes), K (two), U (this block's columns), γ.
+  // The rows of W and U are the slot's (chunk record, value head) 64; K's are tokens.
   auto fetch = [&](int buf, int64_t c) {
-    if (threadIdx.x != 0) return;
+    if (threadIdx.x != kProducer) return;
     RecStage<VT>& st_ = sm.stage[buf];
     uint64_t* bar = &sm.full[buf];
     const int64_t slot_id = (seq_chunk0 + c) * a.HV + hv;
@@ -2073,6 +2143,19 @@ __global__ void __launch_bounds__(NW * 32, VT == 64 ? 2 : 0)  // 64: two blocks 
   // before they multiply Vh's zero rows, so that they add exact zeros whatever they hold.
   const int64_t short_chunk = seq_len % kC ? seq_len / kC : -1;
 
+  // A short last chunk's K rows past its end, zeroed (block-uniform; the barrier after v̂ orders the zeros
+  // before Kᵀ Vh).
+  auto zero_short_k = [&](RecStage<VT>& cs, int64_t c) {
+    if (c != short_chunk || !math) return;
+    const int len = int(seq_len % kC);
+    for (int e = len * 8 + threadIdx.x; e < kC * 8; e += kBlockThreads) {  // 16-byte pieces per row
+      const int r = e >> 3, p = e & 7;
+      *reinterpret_cast<uint4*>(cs.k + r * 64 + p * 8) = make_uint4(0, 0, 0, 0);
+      *reinterpret_cast<uint4*>(cs.k + kC * 64 + r * 64 + p * 8) = make_uint4(0, 0, 0, 0);
+    }
+    fence_proxy_async();  // before the stage's next copies overwrite them
+  };
+
   int64_t slot = 0;
   const int vrow = (warp & 3) * 16, vcol = (warp >> 2) * kVCols;  // this warp's tile of v̂
   // This thread's element offsets in the tiles, once (the tiles' k-steps add constants): its W fragment rows
@@ -2092,6 +2175,23 @@ __global__ void __launch_bounds__(NW * 32, VT == 64 ? 2 : 0)  // 64: two blocks 
     sb_b_off[np] = opaque(swz_u<VT>((lane & 7) + ((lane >> 3) & 1) * 8, vcol + np * 16 + (lane >> 4) * 8));
   // Chunks [0, safe_upto) have their snapshots' copies issued in an earlier event than the current one.
   int64_t safe_upto = 0;
+#ifdef SGDN_TRACE_CHAIN  // a measuring build: where a chain's event goes, in clock cycles, per phase
+  long long tr_acc[7] = {}, tr_last = clock64();
+  int tr_events = 0;
+  uint64_t tr_ns0;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(tr_ns0));
+  const long long tr_c0 = tr_last;
+#define SGDN_TRACE_MARK(i)            \
+  do {                                \
+    const long long tr_t = clock64(); \
+    tr_acc[i] += tr_t - tr_last;      \
+    tr_last = tr_t;                   \
+  } while (0)
+#else
+#define SGDN_TRACE_MARK(i) \
+  do {                     \
+  } while (0)
+#endif
   float sb_scale = 1.f;  // the state is sb_scale x the state that Sb holds (skipped chunks since the event)
   const float pending = for_each_event<NS>(
       a, sm.mask, sm.decay, n, ev_base, publish, fetch, wait, write_snapshot, drain,
@@ -2108,13 +2208,50 @@ __global__ void __launch_bounds__(NW * 32, VT == 64 ? 2 : 0)  // 64: two blocks 
       },
       [&](int buf, int64_t c, float big_gamma, auto flush_snapshot, auto fetch_next) {
         RecStage<VT>& cs = sm.stage[buf];
-        {  // v̂ = U − W Sb: this warp's 16 x kVCols tile, k = 128, in kSets accumulator sets (mma chains)
+        SGDN_TRACE_MARK(6);
+#ifdef SGDN_TRACE_CHAIN
+        ++tr_events;
+#endif
+        if constexpr (Wg) {  // v̂ = U − W Sb as one warpgroup product (64 x 32, k = 128) on warps 0-3
+          fetch_next();
+          float acc[16] = {};
+          const uint64_t sb_desc = sw64_desc(sm.sb);
+          if (warp < 4) {
+            wgmma_fence();
+#pragma unroll
+            for (int ks = 0; ks < kD / 16; ++ks)
+              wgmma_m64n32k16_ss_t(acc, sw128_desc(cs.w + (ks >> 2) * (kC * 64)) + (ks & 3) * kSwKMajorStep,
+                                   sb_desc + ks * kSw64MnMajorStep, ks);
+            wgmma_commit();
+          }
+          flush_snapshot();
+          zero_short_k(cs, c);
+          SGDN_TRACE_MARK(0);
+          if (warp < 4) {
+            wgmma_wait_all(acc);
+#pragma unroll
+            for (int half = 0; half < 2; ++half) {
+              const int row = warp * 16 + gq + half * 8;
+              const float f = exp_ftz(big_gamma - cs.gam[row]);
+#pragma unroll
+              for (int j = 0; j < VT / 8; ++j) {
+                const int at = swz_u<VT>(row, j * 8 + tq * 2);
+                const float2 uu = unpack_bf16(*reinterpret_cast<const uint32_t*>(cs.u + at));
+                const float x0 = fmaf(-sb_scale, acc[4 * j + 2 * half], uu.x);
+                const float x1 = fmaf(-sb_scale, acc[4 * j + 2 * half + 1], uu.y);
+                *reinterpret_cast<uint32_t*>(sm.vh + at) = pack_bf16(x0 * f, x1 * f);
+              }
+            }
+            fence_proxy_async();  // Vh, read by the state's warpgroup product
+          }
+        } else {  // v̂ = U − W Sb: this warp's 16 x kVCols tile, k = 128, in kSets accumulator sets (mma
+                  // chains)
           // The next copies first: one thread's few instructions, and the copies' longest lead (measured 4-5
           // % faster than issuing them after the products).
           fetch_next();
           float acc[kSets][2 * kNP][4] = {};
 #pragma unroll
-          for (int kk = 0; kk < kD / 16; ++kk) {
+          for (int kk = 0; kk < (math ? kD / 16 : 0); ++kk) {
             uint32_t af[4];
             ldsm_x4(af, cs.w + w_off[kk & 3] + (kk >> 2) * (kC * 64));
 #pragma unroll
@@ -2127,17 +2264,10 @@ __global__ void __launch_bounds__(NW * 32, VT == 64 ? 2 : 0)  // 64: two blocks 
           }
           // While the products run: the previous event's snapshot.
           flush_snapshot();
-          if (c == short_chunk) {  // block-uniform; the barrier below orders the zeros before Kᵀ Vh
-            const int len = int(seq_len % kC);
-            for (int e = len * 8 + threadIdx.x; e < kC * 8; e += kBlockThreads) {  // 16-byte pieces per row
-              const int r = e >> 3, p = e & 7;
-              *reinterpret_cast<uint4*>(cs.k + r * 64 + p * 8) = make_uint4(0, 0, 0, 0);
-              *reinterpret_cast<uint4*>(cs.k + kC * 64 + r * 64 + p * 8) = make_uint4(0, 0, 0, 0);
-            }
-            fence_proxy_async();  // before the stage's next copies overwrite them
-          }
+          SGDN_TRACE_MARK(0);
+          zero_short_k(cs, c);
 #pragma unroll
-          for (int half = 0; half < 2; ++half) {
+          for (int half = 0; half < (math ? 2 : 0); ++half) {
             const float f = exp_ftz(big_gamma - cs.gam[v_row + half * 8]);
 #pragma unroll
             for (int nt = 0; nt < 2 * kNP; ++nt) {
@@ -2157,24 +2287,45 @@ __global__ void __launch_bounds__(NW * 32, VT == 64 ? 2 : 0)  // 64: two blocks 
             }
           }
         }
+        SGDN_TRACE_MARK(1);
         if constexpr (VOut) fence_proxy_async();  // v over U, before the stage's next copies
         // The snapshots whose copies were issued before this event (all but the newest group: the previous
         // event's, issued above) are waited for when a publication is due, so that the wait is for copies
         // issued an event ago; they cover the chunks up to the previous event's (and VOut's v, stored after
         // that event's barrier, up to it too).
         const bool due = safe_upto - publish.published >= kPublishEvery;  // block-uniform
-        if (due && threadIdx.x == 0) bulk_wait_written<1>();
+        if (due && threadIdx.x == kProducer) bulk_wait_written<1>();
         sb_reads_done();
+        SGDN_TRACE_MARK(2);
         __syncthreads();
         if (due) publish(safe_upto);
+        SGDN_TRACE_MARK(3);
         safe_upto = c + 1;
         if constexpr (VOut)
 #pragma unroll
-          for (int j = 0; j < kUCopies; ++j)
+          for (int j = 0; j < (math ? kUCopies : 0); ++j)
             *reinterpret_cast<uint4*>(u_src0 + c * uw_step + j * kURows * kD) =
                 *reinterpret_cast<const uint4*>(cs.u + u_dst + j * kURows * VT);
-        {  // S = e^Γ S + Kᵀ Vh: this warp's kMT x 16 rows, VT columns, k = 64; with one m-tile the second
-           // half of k goes into a second set (two mma chains per tile)
+        if (!math) {
+        } else if constexpr (Wg) {  // S = e^Γ S + Kᵀ Vh: warpgroup products, warpgroup g the state rows 64
+                                    // g..
+          const float decay = exp_ftz(big_gamma);
+          float(&stf)[16] = *reinterpret_cast<float(*)[16]>(&st[0][0][0]);
+          uint32_t af[kC / 16][4];
+#pragma unroll
+          for (int k0 = 0; k0 < kC / 16; ++k0) load_a_t_at(af[k0], cs.k, sw128, warp * 16, k0 * 16);
+#pragma unroll
+          for (int e = 0; e < 16; ++e) stf[e] *= decay;
+          const uint64_t vh_desc = sw64_desc(sm.vh);
+          wgmma_fence();
+#pragma unroll
+          for (int k0 = 0; k0 < kC / 16; ++k0)
+            wgmma_m64n32k16_rs_t(stf, af[k0], vh_desc + k0 * kSw64MnMajorStep);
+          wgmma_commit();
+          wgmma_wait_all(stf);
+        } else {  // S = e^Γ S + Kᵀ Vh: this warp's kMT x 16 rows, VT columns, k = 64; with one m-tile the
+                  // second
+                  // half of k goes into a second set (two mma chains per tile)
           const float decay = exp_ftz(big_gamma);
           [[maybe_unused]] float st2[kMT == 1 ? VT / 8 : 1][4] = {};
           for (int mt = 0; mt < kMT; ++mt)
@@ -2209,9 +2360,10 @@ __global__ void __launch_bounds__(NW * 32, VT == 64 ? 2 : 0)  // 64: two blocks 
         // Sb = bf16(S): every read of the old Sb (W Sb, the snapshot's copy) is behind the barrier.
         store_sb();
         sb_scale = 1.f;
+        SGDN_TRACE_MARK(4);
       },
       slot);
-  if (a.final_state) {
+  if (a.final_state && math) {
     const float carried = exp_ftz(pending);
     for (int mt = 0; mt < kMT; ++mt)
       for (int nt = 0; nt < VT / 8; ++nt)
@@ -2222,6 +2374,20 @@ __global__ void __launch_bounds__(NW * 32, VT == 64 ? 2 : 0)  // 64: two blocks 
         }
   }
   if (tile == 0 && threadIdx.x == 0) a.snapshot_count[s * a.HV + hv] = int32_t(slot + 1);
+#ifdef SGDN_TRACE_CHAIN
+  uint64_t tr_ns1;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(tr_ns1));
+  const long long tr_c1 = clock64();
+  if ((threadIdx.x == 0 || threadIdx.x == kBlockThreads - 32) && blockIdx.x < kTraceBlocks) {
+    long long* t = g_trace[blockIdx.x][threadIdx.x == 0 ? 0 : 1];
+    t[0] = tr_events;
+    t[1] = tr_c1 - tr_c0;
+    t[2] = (long long)(tr_ns1 - tr_ns0);
+    t[3] = hv * 1000 + tile;
+    for (int i = 0; i < 7; ++i) t[4 + i] = tr_acc[i];
+  }
+#endif
+#undef SGDN_TRACE_MARK
 }
 
 // This thread's part of a 128 x 64 state block (columns col0..) as a warpgroup's two accumulators: rows
@@ -3182,9 +3348,9 @@ struct RecurrenceVariant {
   size_t smem;
   int threads;
 };
-template <int NS, bool VOut, int VT, int NW>
+template <int NS, bool VOut, int VT, int NW, bool Wg = false>
 RecurrenceVariant recurrence_variant() {
-  return {recurrence_tc_kernel<NS, VOut, VT, NW>, rec_smem_bytes<NS, VT>(), NW * 32};
+  return {recurrence_tc_kernel<NS, VOut, VT, NW, Wg>, rec_smem_bytes<NS, VT>(), NW * 32 + 32};
 }
 template <int VT, int NW>
 RecurrenceVariant recurrence_variant(int stages, bool v_out) {
@@ -3196,7 +3362,10 @@ template <int NS, bool VOut>
 RecurrenceVariant recurrence_wg_variant() {
   return {recurrence_wg_kernel<NS, VOut>, wg_smem_bytes<NS>(), kWgThreads};
 }
-RecurrenceVariant recurrence_tc_variant(int stages, bool v_out, int columns, int warps, bool wg) {
+RecurrenceVariant recurrence_tc_variant(int stages, bool v_out, int columns, int warps, bool wg, bool wg32) {
+  if (wg32)  // 32 columns, 8 warps, v not stored (recurrence_wg32)
+    return stages == 2 ? recurrence_variant<2, false, 32, 8, true>()
+                       : recurrence_variant<3, false, 32, 8, true>();
   if (wg)
     return stages == 2 ? (v_out ? recurrence_wg_variant<2, true>() : recurrence_wg_variant<2, false>())
                        : (v_out ? recurrence_wg_variant<3, true>() : recurrence_wg_variant<3, false>());
@@ -3330,23 +3499,44 @@ bool recurrence_wgmma(int columns) {
   const int forced = measuring_switch("SGDN_CUDA_REC_WG");
   return forced == 1 || (forced != 0 && columns == 64);
 }
+// Whether the 32-column 8-warp recurrence blocks compute an event's two products as warpgroup products
+// (wgmma, recurrence_tc_kernel's Wg: W Sb as one m64n32 product on warps 0-3, operands read once for the
+// warpgroup; Kᵀ Vh with each warpgroup's 64 state rows as the accumulator) rather than as every warp's
+// mma.sync tiles (each warp reading its own copy of Sb's and Vh's fragments): yes, unless v goes to memory
+// (only forced at 32 columns). Measured (2026-12-01 13:19Z, one call, ms, sparse-default mma.sync / warpgroup
+// x 2): 16K 0.540 / 0.529, 0.530; 32K 1.045 / 1.019, 1.026; 128K 4.124 / 4.025, 4.049; capped 0.4 at 128K
+// 3.735 / 3.612, 3.608. SGDN_CUDA_REC_WG32=0 keeps mma.sync (a measuring aid; with it the 32-column dense
+// blocks go back to 4 warps, see recurrence_warps).
+bool recurrence_wg32(int columns, int warps, bool v_out) {
+  if (columns != 32 || warps != 8 || v_out) return false;
+  return measuring_switch("SGDN_CUDA_REC_WG32") != 0;
+}
 // V columns per tensor-core recurrence block: 32 while the 32-column blocks fit one per multiprocessor (B =
 // 1: each chain's event is shortest), else 64 (packed batches: half the blocks, and half the copies of W and
-// K through L2 per column). SGDN_CUDA_REC_WIDE=0 or 1 forces 32 or 64, SGDN_CUDA_REC_WG=1 forces 64
-// (measuring aids; the latter wins).
+// K through L2 per column); but 32 for a sparse selector with G = 1 while two 32-column blocks per
+// multiprocessor hold them all (2 x 16K: the 32-column warpgroup-product blocks with 2 copy stages, 0.900 ms
+// against 0.920 and 0.922 with 64 columns, 0.977 with 3 stages; 2026-12-01 13:33Z, sparse-default). The
+// dense selector's packed runs keep 64 (their one-pass kernels, fused_warpgroups). SGDN_CUDA_REC_WIDE=0 or 1
+// forces 32 or 64, SGDN_CUDA_REC_WG=1 forces 64 (measuring aids; the latter wins).
 int recurrence_columns(const Problem& p, int multiprocessors) {
   if (measuring_switch("SGDN_CUDA_REC_WG") == 1) return 64;
   const int forced = measuring_switch("SGDN_CUDA_REC_WIDE");
   if (forced == 0 || forced == 1) return forced ? 64 : 32;
-  return tc::recurrence_tc_blocks(p) > multiprocessors ? 64 : 32;
+  const int64_t narrow = tc::recurrence_tc_blocks(p);
+  if (narrow <= multiprocessors) return 32;
+  const bool sparse_two_per_sm = p.selector != SelectorKind::dense && p.group == 1 &&
+                                 narrow <= int64_t(2) * multiprocessors &&
+                                 measuring_switch("SGDN_CUDA_REC_WG32") != 0;
+  return sparse_two_per_sm ? 32 : 64;
 }
 // Copy stages of the tensor-core recurrence: 2 for the dense selector (all chains equally long, so the
 // multiprocessors' throughput counts and an output block fits beside each recurrence block); 3 for the sparse
 // ones, where the busiest chain is the critical path and runs alone on its multiprocessor (a sparse selector
 // that happens to keep every event, such as head_budget at rho 1, gets 3 as well), unless the recurrence has
 // more blocks than that leaves room for (a packed batch), where the blocks' throughput counts again and two
-// stages let all of them run at once: more than two 32-column blocks per multiprocessor (measured at 4 x 8K:
-// 1.217 ms with 2 stages, 1.285 with 3; at 2 x 16K, 256 blocks, 3 stay faster) or more than one 64-column
+// stages let all of them run at once: more than one 32-column block per multiprocessor (measured at 4 x 8K:
+// 1.217 ms with 2 stages, 1.285 with 3; at 2 x 16K, 256 blocks, 3 were faster with mma.sync blocks, 2 are
+// with the warpgroup-product blocks of v41, see recurrence_columns) or more than one 64-column
 // block (4 x 8K, 256 blocks: 1.197 / 1.198 ms with 3, 1.159 / 1.160 with 2; 3 leave them two waves, the later
 // sequences' output blocks waiting for the second). And 2 with G = 1 where the selector itself bounds every
 // chain at kShortChain of the sequence's chunks or less (topk, stride and random at rho <= kShortChain,
@@ -3374,7 +3564,7 @@ double chain_bound(const Problem& p) {
 int recurrence_stages(const Problem& p, int multiprocessors, int columns) {
   const int forced = measuring_switch("SGDN_CUDA_REC_STAGES");
   if (forced == 2 || forced == 3) return forced;
-  const int64_t three_stage_limit = int64_t(columns == 64 ? 1 : 2) * multiprocessors;
+  const int64_t three_stage_limit = multiprocessors;
   const bool throughput = p.selector == SelectorKind::dense ||
                           (p.group == 1 && chain_bound(p) <= kShortChain) ||
                           tc::recurrence_tc_blocks(p, columns) > three_stage_limit;
@@ -3388,10 +3578,14 @@ int recurrence_stages(const Problem& p, int multiprocessors, int columns) {
 // 1.331 / 1.308, 1.308, sparse 1.060, 1.052 / 1.043, 1.042; 2 x 16K dense 1.318, 1.317 / 1.296, 1.295,
 // sparse 1.083, 1.079 / 1.083, 1.085. A lone sparse chain of 32 columns (3 stages) is slower with 4: alone at
 // 32K 0.753 / 0.806 ms, forwards 1.197, 1.197 / 1.188, 1.191, 1.202, 1.178 (with 2 stages 1.484, 1.488).
-// SGDN_CUDA_REC_WARPS=4 or 8 forces it (a measuring aid).
+// Since v41 every 32-column block has 8 warps, as the warpgroup form (recurrence_wg32) needs: the dense
+// selector's too (32-column 4-warp mma.sync / 8-warp warpgroup blocks, one call, ms: 16K 0.623 / 0.623,
+// 0.621; 32K 1.205 / 1.202, 1.205; 128K 4.851 / 4.731, 4.719; 2026-12-01 13:19Z). With
+// SGDN_CUDA_REC_WG32=0 the rule before v41 holds. SGDN_CUDA_REC_WARPS=4 or 8 forces it (a measuring aid).
 int recurrence_warps(const Problem& p, int columns) {
   const int forced = measuring_switch("SGDN_CUDA_REC_WARPS");
   if (forced == 4 || forced == 8) return forced;
+  if (columns == 32 && measuring_switch("SGDN_CUDA_REC_WG32") != 0) return 8;
   return columns == 32 && p.selector != SelectorKind::dense ? 8 : 4;
 }
 // Whether the tensor-core recurrence leaves each chunk's v = U − W S in U's place for the output stage, which
@@ -3881,8 +4075,9 @@ std::string forward(const Problem& p, const DeviceTensors& t, void* workspace, s
     const int stages = recurrence_stages(p, sms, rec_columns);
     // Which kernel by its own flag, not by its thread count: the 4-warp mma.sync blocks have 128 threads too.
     const bool wg = recurrence_wgmma(rec_columns);
-    const auto [rec_kernel, rec_smem, rec_threads] =
-        tc::recurrence_tc_variant(stages, v_in_u, rec_columns, recurrence_warps(p, rec_columns), wg);
+    const int rec_warps = recurrence_warps(p, rec_columns);
+    const auto [rec_kernel, rec_smem, rec_threads] = tc::recurrence_tc_variant(
+        stages, v_in_u, rec_columns, rec_warps, wg, recurrence_wg32(rec_columns, rec_warps, v_in_u));
     // A multiprocessor that runs a 2-stage recurrence block keeps all of its shared memory (228 KB)
     // configured, so that an output block fits beside it; left alone, the driver configures the least that
     // holds two recurrence blocks (196 KB), and the output block (112 KB) would wait for the recurrence to
@@ -3906,6 +4101,10 @@ std::string forward(const Problem& p, const DeviceTensors& t, void* workspace, s
   }
   if (!err.empty()) return err;
 
+#ifdef SGDN_TRACE_CHAIN
+  if (use_tc && !fused)
+    tc::trace_print_kernel<<<1, 1, 0, stream>>>(int(tc::recurrence_tc_blocks(p, rec_columns)));
+#endif
   timer.mark("recurrence");
   // 6. outputs
   const dim3 out_grid{unsigned(nmax), unsigned(HV), unsigned(vtiles)};

@@ -643,22 +643,24 @@ TEST_CASE("CUDA tensor-core path matches float64 within the bf16 bound", "[gpu][
   for (const Case& cs : cases) {
     const Inputs<float> in = random_inputs(cs.shape, cs.initial_state, 5000 + uint64_t(index));
     const TokenRecurrenceResult ref = token_recurrence(in.cast<double>());
-    // The dense selector's recurrence blocks have 4 warps at 32 columns (the small cases) and are warpgroup
-    // (wgmma) blocks at 64 (the 32-head ones); mma.sync blocks of 8 warps (which a sparse selector's
-    // 32-column blocks keep) are forced once too, at both widths, and with them the mma.sync output blocks
-    // (G = 1 has warpgroup output blocks by default; G > 1 has only the mma.sync ones) and v through memory
-    // (G = 1; by default only at 64 columns).
+    // The recurrence blocks are 8-warp blocks of warpgroup products at 32 columns (the small cases) and
+    // warpgroup (wgmma) blocks at 64 (the 32-head ones); mma.sync blocks of 8 warps are forced once too, at
+    // both widths, and with them the mma.sync output blocks (G = 1 has warpgroup output blocks by default;
+    // G > 1 has only the mma.sync ones) and v through memory (G = 1; by default only at 64 columns); and
+    // once without the 32-column warpgroup form (SGDN_CUDA_REC_WG32=0: 4-warp mma.sync blocks).
     // And the dense selector's recurrence with its outputs in one pass (G = 1): by default where the blocks
     // are warpgroup blocks of 64 columns (the 32-head cases: for 2 sequences the warp-specialised blocks, for
     // 6 blocks of 2 warpgroups), forced in each form on every case (1 and 2 warpgroups, warp-specialised),
     // and switched off once (the separate stages, v through memory).
     struct Variant {
-      const char *warps, *fused;
+      const char *warps, *fused, *wg32;
     };
-    for (const auto& [warps, fused] : {Variant{"", ""}, Variant{"8", ""}, Variant{"", "1"}, Variant{"", "2"},
-                                       Variant{"", "3"}, Variant{"", "0"}}) {
+    for (const auto& [warps, fused, wg32] :
+         {Variant{"", "", ""}, Variant{"8", "", ""}, Variant{"", "", "0"}, Variant{"", "1", ""},
+          Variant{"", "2", ""}, Variant{"", "3", ""}, Variant{"", "0", ""}}) {
       if (*fused && cs.group > 1) continue;  // one pass only with G = 1
       const ScopedEnv one_pass("SGDN_CUDA_FUSED", fused);
+      const ScopedEnv warpgroup32("SGDN_CUDA_REC_WG32", wg32);
       const ScopedEnv rec_warps("SGDN_CUDA_REC_WARPS", warps);
       const ScopedEnv mma_sync("SGDN_CUDA_REC_WG", *warps ? "0" : "");
       const ScopedEnv mma_sync_outputs("SGDN_CUDA_OUT_WG", *warps ? "0" : "");
@@ -671,12 +673,14 @@ TEST_CASE("CUDA tensor-core path matches float64 within the bf16 bound", "[gpu][
         options.tensor_cores = true;
         const EngineResult<float> gpu = run_cuda(in, s.config, options);
         const double err_o = rel_error(gpu.o, ref.o), err_s = rel_error(gpu.final_state, ref.final_state);
-        std::printf("tc dense T=%lld B=%lld HV=%lld S0=%d G=%lld out %s%s%s%s: rel err o %.3e state %.3e\n",
+        std::printf("tc dense T=%lld B=%lld HV=%lld S0=%d G=%lld out %s%s%s%s%s: rel err o %.3e state %.3e\n",
                     (long long)cs.shape.tokens, (long long)cs.shape.batch, (long long)cs.shape.v_heads,
                     int(cs.initial_state), (long long)cs.group, out16 ? "bf16" : "fp32",
-                    *warps ? ", 8 warps" : "", *fused ? ", SGDN_CUDA_FUSED=" : "", fused, err_o, err_s);
-        INFO("tc case " << index << (*warps ? ", 8-warp recurrence blocks" : "")
-                        << (*fused ? ", SGDN_CUDA_FUSED=" : "") << fused);
+                    *warps ? ", 8 warps" : "", *wg32 ? ", SGDN_CUDA_REC_WG32=0" : "",
+                    *fused ? ", SGDN_CUDA_FUSED=" : "", fused, err_o, err_s);
+        INFO("tc case " << index << (*warps ? ", 8-warp mma.sync recurrence blocks" : "")
+                        << (*wg32 ? ", SGDN_CUDA_REC_WG32=0" : "") << (*fused ? ", SGDN_CUDA_FUSED=" : "")
+                        << fused);
         CHECK(err_o <= 1e-2);
         CHECK(err_s <= 1e-2);
         worst = std::max(worst, std::max(err_o, err_s));
@@ -713,14 +717,18 @@ TEST_CASE("CUDA tensor-core path matches float64 within the bf16 bound", "[gpu][
                               : std::map<std::string, std::string>{{"block", "16"}, {"band", "1"}},
             sel == "topk" || sel == "stride" || sel == "random" ? "survival" : "update_norm",
             capped ? "head_budget" : sel, params, 64, group, Granularity::pair);
-        // G = 1 with the warpgroup output blocks (the default) and the mma.sync ones.
-        for (const char* out_wg : {"", "0"}) {
-          if (group > 1 && *out_wg) continue;
-          const ScopedEnv output_blocks("SGDN_CUDA_OUT_WG", out_wg);
+        // G = 1 with the warpgroup output blocks (the default) and the mma.sync ones, and with the 32-column
+        // recurrence blocks' mma.sync form (SGDN_CUDA_REC_WG32=0) instead of their warpgroup products.
+        for (const char* kernels : {"", "o", "r"}) {
+          if (group > 1 && *kernels) continue;
+          const ScopedEnv output_blocks("SGDN_CUDA_OUT_WG", *kernels == 'o' ? "0" : "");
+          const ScopedEnv warpgroup32("SGDN_CUDA_REC_WG32", *kernels == 'r' ? "0" : "");
           const TcAgainstCpu r = run_tc_against_cpu(in, s.config);
           ++configurations;
           INFO("tc sparse " << sel << " " << solver << " G " << group
-                            << (*out_wg ? ", mma.sync outputs" : ""));
+                            << (*kernels == 'o'   ? ", mma.sync outputs"
+                                : *kernels == 'r' ? ", mma.sync recurrence"
+                                                  : ""));
           CHECK(rel_error(r.gpu.event_score, r.cpu.event_score) <= 1e-2);
           CHECK(double(r.differ) <= 0.05 * double(r.gpu.event_mask.size()));
           if (r.differ) continue;
@@ -751,8 +759,9 @@ TEST_CASE("CUDA tensor-core path matches float64 within the bf16 bound", "[gpu][
   }
   {
     // More recurrence blocks than multiprocessors, with skipped events: head_budget against run_cpu. Two
-    // sequences of 32 heads (64-column blocks, 3 copy stages, one per multiprocessor on a 132-multiprocessor
-    // device) and six (384 of them, 2 stages, two per multiprocessor, in two waves). Outputs are compared
+    // sequences of 32 heads (256 32-column warpgroup-product blocks, 2 copy stages, two per multiprocessor on
+    // a 132-multiprocessor device) and six (384 64-column blocks, 2 stages, two per multiprocessor, in two
+    // waves). Outputs are compared
     // where the masks agree, at least once.
     int wide_compared = 0;
     for (int64_t batch : {2, 6}) {
@@ -862,20 +871,22 @@ TEST_CASE("CUDA tensor-core outputs beside the recurrence equal the serial launc
   options.input_precision = CudaPrecision::bfloat16;
   options.output_precision = CudaPrecision::bfloat16;
   options.tensor_cores = true;
-  // 32-column blocks (mma.sync), 64-column blocks on one warpgroup (wgmma), 64-column blocks of 4 warps
-  // (mma.sync, SGDN_CUDA_REC_WG=0); the output blocks with G = 1 on warpgroups (wgmma) and, once, with
-  // mma.sync (SGDN_CUDA_OUT_WG=0)
+  // 32-column blocks (warpgroup products; mma.sync with SGDN_CUDA_REC_WG32=0), 64-column blocks on one
+  // warpgroup (wgmma), 64-column blocks of 4 warps (mma.sync, SGDN_CUDA_REC_WG=0); the output blocks with
+  // G = 1 on warpgroups (wgmma) and, once, with mma.sync (SGDN_CUDA_OUT_WG=0)
   struct Kernels {
-    const char *wide, *wgmma, *out_wgmma;
+    const char *wide, *wgmma, *out_wgmma, *wg32;
   };
-  const Kernels kernels[] = {{"0", "", ""}, {"1", "", ""}, {"1", "0", ""}, {"0", "", "0"}};
-  for (const auto& [wide, wgmma, out_wgmma] : kernels)
+  const Kernels kernels[] = {
+      {"0", "", "", ""}, {"0", "", "", "0"}, {"1", "", "", ""}, {"1", "0", "", ""}, {"0", "", "0", ""}};
+  for (const auto& [wide, wgmma, out_wgmma, wg32] : kernels)
     for (const std::string sel : {"head_budget", "dense"})
       for (int64_t group : {1, 3}) {
         if (*out_wgmma && group > 1) continue;  // G > 1 has only mma.sync output blocks
         const ScopedEnv columns("SGDN_CUDA_REC_WIDE", wide);
         const ScopedEnv warpgroup("SGDN_CUDA_REC_WG", wgmma);
         const ScopedEnv output_blocks("SGDN_CUDA_OUT_WG", out_wgmma);
+        const ScopedEnv warpgroup32("SGDN_CUDA_REC_WG32", wg32);
         const Strategies s =
             sel == "dense"
                 ? make_strategies("exact", {}, "survival", "dense", {}, 64, group, Granularity::pair)
@@ -889,8 +900,8 @@ TEST_CASE("CUDA tensor-core outputs beside the recurrence equal the serial launc
         int64_t kept = 0;
         for (uint8_t m : serial.event_mask.values()) kept += m;
         INFO(sel << " G " << group << ", " << (*wide == '1' ? 64 : 32) << "-column recurrence blocks"
-                 << (*wgmma ? " (mma.sync)" : "") << (*out_wgmma ? ", mma.sync output blocks" : "") << ", "
-                 << kept << " of " << serial.event_mask.size() << " events kept");
+                 << (*wgmma || *wg32 ? " (mma.sync)" : "") << (*out_wgmma ? ", mma.sync output blocks" : "")
+                 << ", " << kept << " of " << serial.event_mask.size() << " events kept");
         CHECK((kept < serial.event_mask.size()) == (sel != "dense"));
         for (int repeat = 0; repeat < 6; ++repeat) {
           const bool other_stages = repeat == 3;
@@ -1003,6 +1014,11 @@ TEST_CASE("CUDA small sparse case for the sanitizers", "[gpu][small]") {
   tc.selector = "stride";
   tc.selector_params = {{"rho", "0.5"}};
   check_varlen(tc);
+  {
+    // the 32-column recurrence blocks' mma.sync form instead of their warpgroup products
+    const ScopedEnv warpgroup32("SGDN_CUDA_REC_WG32", "0");
+    check_varlen(tc);
+  }
   for (const char* run : {"2", "4", "4f"}) {  // runs of chunks per output block, as long inputs take them
     const ScopedEnv output_run("SGDN_CUDA_OUT_RUN", std::string(run).substr(0, 1).c_str());
     tc.out_bf16 = run[1] != 'f';  // "4f": fp32 outputs
