@@ -1990,7 +1990,8 @@ __device__ __forceinline__ float for_each_event(const RecurrenceArgs& a, uint8_t
 // that barrier, the state's update with Sb, the rest up to the next event), and trace_print_kernel, launched
 // after the recurrence, prints them per block with at least 200 events ("TRACE hv .. tile .. warp first|last
 // events .. cycles .. ns .. | six phases in cycles per event"). printf in the recurrence itself would make
-// ptxas serialise its warpgroup products; the outputs no longer run beside the recurrence in this build.
+// ptxas serialise its warpgroup products (note C7510); the outputs no longer run beside the recurrence in
+// this build.
 #ifdef SGDN_TRACE_CHAIN
 constexpr int kTraceBlocks = 1024;
 __device__ long long g_trace[kTraceBlocks][2][12];
@@ -2049,7 +2050,7 @@ __global__ void __launch_bounds__(NW * 32 + 32, VT == 64 ? 2 : 0)  // 64: two bl
   const int V = kD;
   const int h = hv / (a.HV / a.H);
   // (The warp index through a shuffle: visibly warp-uniform to the compiler, so that the warpgroup products
-  // under `math` are not serialised.)
+  // under `math` are not serialised: ptxas note C7518 without it.)
   const int warp = __shfl_sync(0xffffffffu, int(threadIdx.x >> 5), 0), lane = threadIdx.x & 31,
             gq = lane >> 2, tq = lane & 3;
   const bool math = warp < NW;
@@ -3503,10 +3504,10 @@ bool recurrence_wgmma(int columns) {
 // (wgmma, recurrence_tc_kernel's Wg: W Sb as one m64n32 product on warps 0-3, operands read once for the
 // warpgroup; Kᵀ Vh with each warpgroup's 64 state rows as the accumulator) rather than as every warp's
 // mma.sync tiles (each warp reading its own copy of Sb's and Vh's fragments): yes, unless v goes to memory
-// (only forced at 32 columns). Measured (2026-12-01 13:19Z, one call, ms, sparse-default mma.sync / warpgroup
-// x 2): 16K 0.540 / 0.529, 0.530; 32K 1.045 / 1.019, 1.026; 128K 4.124 / 4.025, 4.049; capped 0.4 at 128K
-// 3.735 / 3.612, 3.608. SGDN_CUDA_REC_WG32=0 keeps mma.sync (a measuring aid; with it the 32-column dense
-// blocks go back to 4 warps, see recurrence_warps).
+// (only forced at 32 columns). Measured (2026-12-01 13:18Z-13:20Z, one call, ms, sparse-default, mma.sync /
+// warpgroup twice): 16K 0.540 / 0.529, 0.530; 32K 1.045 / 1.019, 1.026; 128K 4.124 / 4.025, 4.049;
+// capped 0.4 at 128K 3.735 / 3.612, 3.608. SGDN_CUDA_REC_WG32=0 keeps mma.sync (a measuring aid; with it the
+// 32-column dense blocks go back to 4 warps, see recurrence_warps).
 bool recurrence_wg32(int columns, int warps, bool v_out) {
   if (columns != 32 || warps != 8 || v_out) return false;
   return measuring_switch("SGDN_CUDA_REC_WG32") != 0;
@@ -3515,7 +3516,7 @@ bool recurrence_wg32(int columns, int warps, bool v_out) {
 // 1: each chain's event is shortest), else 64 (packed batches: half the blocks, and half the copies of W and
 // K through L2 per column); but 32 for a sparse selector with G = 1 while two 32-column blocks per
 // multiprocessor hold them all (2 x 16K: the 32-column warpgroup-product blocks with 2 copy stages, 0.900 ms
-// against 0.920 and 0.922 with 64 columns, 0.977 with 3 stages; 2026-12-01 13:33Z, sparse-default). The
+// against 0.920 and 0.922 with 64 columns, 0.977 with 3 stages; 2026-12-01 13:32Z, sparse-default). The
 // dense selector's packed runs keep 64 (their one-pass kernels, fused_warpgroups). SGDN_CUDA_REC_WIDE=0 or 1
 // forces 32 or 64, SGDN_CUDA_REC_WG=1 forces 64 (measuring aids; the latter wins).
 int recurrence_columns(const Problem& p, int multiprocessors) {
@@ -3579,9 +3580,10 @@ int recurrence_stages(const Problem& p, int multiprocessors, int columns) {
 // sparse 1.083, 1.079 / 1.083, 1.085. A lone sparse chain of 32 columns (3 stages) is slower with 4: alone at
 // 32K 0.753 / 0.806 ms, forwards 1.197, 1.197 / 1.188, 1.191, 1.202, 1.178 (with 2 stages 1.484, 1.488).
 // Since v41 every 32-column block has 8 warps, as the warpgroup form (recurrence_wg32) needs: the dense
-// selector's too (32-column 4-warp mma.sync / 8-warp warpgroup blocks, one call, ms: 16K 0.623 / 0.623,
-// 0.621; 32K 1.205 / 1.202, 1.205; 128K 4.851 / 4.731, 4.719; 2026-12-01 13:19Z). With
-// SGDN_CUDA_REC_WG32=0 the rule before v41 holds. SGDN_CUDA_REC_WARPS=4 or 8 forces it (a measuring aid).
+// selector's too (ms, dense: 32-column 4-warp mma.sync blocks 16K 0.623, 0.622; 32K 1.205, 1.203; 128K
+// 4.851, 4.984 at 13:09Z; 8-warp warpgroup blocks 0.623, 0.621 / 1.202, 1.205 / 4.731, 4.719 at 13:19Z, with
+// 8-warp mma.sync blocks 0.658 / 1.292 / 5.311 in that call). With SGDN_CUDA_REC_WG32=0 the rule before v41
+// holds. SGDN_CUDA_REC_WARPS=4 or 8 forces it (a measuring aid).
 int recurrence_warps(const Problem& p, int columns) {
   const int forced = measuring_switch("SGDN_CUDA_REC_WARPS");
   if (forced == 4 || forced == 8) return forced;
