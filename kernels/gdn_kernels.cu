@@ -1798,8 +1798,9 @@ __global__ void __launch_bounds__(kPrepThreads, 4)
 // 16 (8 / NW) w.., 8 / NW m-tiles x VT / 8 n-tiles. Each selected event, with Sb = bf16(S) as the last event
 // left it (shared) and S = e^{pending} x that state (the skipped chunks since):
 //   v̂ = U − e^{pending} W Sb (warp w: rows 16(w & 3).., columns (VT / 2)(w >> 2).. with 8 warps, all VT
-//   with 4);  Vh = bf16(e^{Γ−γ} ⊙ v̂);  S = e^Γ S + Kᵀ Vh (warp w: its state rows);  Sb = bf16(S), which is
-//   also the snapshot, copied out of shared memory by one tensor copy (TMA) during the next event.
+//   with 4; in the warpgroup form, Wg, all of it on warps 0-3);  Vh = bf16(e^{Γ−γ} ⊙ v̂);  S = e^Γ S + Kᵀ Vh
+//   (warp w: its state rows);  Sb = bf16(S), which is also the snapshot, copied out of shared memory by one
+//   tensor copy (TMA) during the next event. A producer warp after the NW math warps issues the copies.
 // Two barriers per event (Sb written, Vh written), whether or not chunks were skipped before it. The next
 // NS − 1 selected events' W, K, U, γ are in flight (TMA, NS stages), the next one's issued as an event
 // starts. NS = 3 (127 KB of shared memory) keeps a lone busy chain fed; NS = 2 (90 KB) leaves room on the
@@ -2018,6 +2019,8 @@ __global__ void trace_print_kernel(int blocks) {
 // Wg (8 warps, 32 columns, no VOut): an event's two products as warpgroup products, see recurrence_wg32.
 // Every form has one more warp than its NW math warps: the producer, which issues the copies and the
 // snapshots' tensor copies and waits for them.
+// (Two 64-column blocks per multiprocessor cap the registers: the 8-warp 64-column form, reached only through
+// measuring aids, spills a few dozen bytes since it has the producer warp.)
 template <int NS, bool VOut, int VT, int NW, bool Wg>
 __global__ void __launch_bounds__(NW * 32 + 32, VT == 64 ? 2 : 0)  // 64: two blocks per multiprocessor
     recurrence_tc_kernel(RecurrenceArgs a, bf16* u_all, const bf16* w_all,
@@ -2226,8 +2229,8 @@ __global__ void __launch_bounds__(NW * 32 + 32, VT == 64 ? 2 : 0)  // 64: two bl
             wgmma_commit();
           }
           flush_snapshot();
-          zero_short_k(cs, c);
           SGDN_TRACE_MARK(0);
+          zero_short_k(cs, c);
           if (warp < 4) {
             wgmma_wait_all(acc);
 #pragma unroll
@@ -3364,7 +3367,7 @@ RecurrenceVariant recurrence_wg_variant() {
   return {recurrence_wg_kernel<NS, VOut>, wg_smem_bytes<NS>(), kWgThreads};
 }
 RecurrenceVariant recurrence_tc_variant(int stages, bool v_out, int columns, int warps, bool wg, bool wg32) {
-  if (wg32)  // 32 columns, 8 warps, v not stored (recurrence_wg32)
+  if (wg32)  // 32 columns, 8 warps, v not stored: recurrence_wg32 is false wherever v_out is set
     return stages == 2 ? recurrence_variant<2, false, 32, 8, true>()
                        : recurrence_variant<3, false, 32, 8, true>();
   if (wg)
@@ -3472,8 +3475,8 @@ size_t output_smem(const Problem& p) {
 
 // The measuring aids below are environment variables holding one digit (SGDN_CUDA_STAGE_TIMING=1,
 // SGDN_CUDA_SERIAL_OUTPUTS=1, SGDN_CUDA_REC_STAGES=2|3, SGDN_CUDA_REC_WIDE=0|1, SGDN_CUDA_V_THROUGH=0|1,
-// SGDN_CUDA_REC_WARPS=4|8, SGDN_CUDA_OUT_RUN=1|2|4, SGDN_CUDA_REC_WG=0|1, SGDN_CUDA_OUT_WG=0,
-// SGDN_CUDA_FUSED=0|1|2|3);
+// SGDN_CUDA_REC_WARPS=4|8, SGDN_CUDA_OUT_RUN=1|2|4, SGDN_CUDA_REC_WG=0|1, SGDN_CUDA_REC_WG32=0|1,
+// SGDN_CUDA_OUT_WG=0, SGDN_CUDA_FUSED=0|1|2|3);
 // anything else, or unset, reads as -1 (off).
 int measuring_switch(const char* name) {
   const char* env = std::getenv(name);
@@ -3517,7 +3520,8 @@ bool recurrence_wg32(int columns, int warps, bool v_out) {
 // K through L2 per column); but 32 for a sparse selector with G = 1 while two 32-column blocks per
 // multiprocessor hold them all (2 x 16K: the 32-column warpgroup-product blocks with 2 copy stages, 0.900 ms
 // against 0.920 and 0.922 with 64 columns, 0.977 with 3 stages; 2026-12-01 13:32Z, sparse-default). The
-// dense selector's packed runs keep 64 (their one-pass kernels, fused_warpgroups). SGDN_CUDA_REC_WIDE=0 or 1
+// dense selector's packed runs keep 64 (their one-pass kernels, fused_warpgroups). (One sequence of 64 heads
+// has as many blocks and takes the same; measured only at 2 x 16K.) SGDN_CUDA_REC_WIDE=0 or 1
 // forces 32 or 64, SGDN_CUDA_REC_WG=1 forces 64 (measuring aids; the latter wins).
 int recurrence_columns(const Problem& p, int multiprocessors) {
   if (measuring_switch("SGDN_CUDA_REC_WG") == 1) return 64;
@@ -4075,7 +4079,9 @@ std::string forward(const Problem& p, const DeviceTensors& t, void* workspace, s
   } else if (use_tc) {
     const dim3 grid{unsigned(tc::recurrence_tc_blocks(p, rec_columns))};
     const int stages = recurrence_stages(p, sms, rec_columns);
-    // Which kernel by its own flag, not by its thread count: the 4-warp mma.sync blocks have 128 threads too.
+    // Which kernel by its own flag, not by its thread count: the 4-warp mma.sync blocks (160 threads with
+    // their producer warp) and the warpgroup blocks (128) are no longer alike, but the flag says what is
+    // meant.
     const bool wg = recurrence_wgmma(rec_columns);
     const int rec_warps = recurrence_warps(p, rec_columns);
     const auto [rec_kernel, rec_smem, rec_threads] = tc::recurrence_tc_variant(

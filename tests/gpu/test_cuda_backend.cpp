@@ -644,10 +644,11 @@ TEST_CASE("CUDA tensor-core path matches float64 within the bf16 bound", "[gpu][
     const Inputs<float> in = random_inputs(cs.shape, cs.initial_state, 5000 + uint64_t(index));
     const TokenRecurrenceResult ref = token_recurrence(in.cast<double>());
     // The recurrence blocks are 8-warp blocks of warpgroup products at 32 columns (the small cases) and
-    // warpgroup (wgmma) blocks at 64 (the 32-head ones); mma.sync blocks of 8 warps are forced once too, at
-    // both widths, and with them the mma.sync output blocks (G = 1 has warpgroup output blocks by default;
-    // G > 1 has only the mma.sync ones) and v through memory (G = 1; by default only at 64 columns); and
-    // once without the 32-column warpgroup form (SGDN_CUDA_REC_WG32=0: 4-warp mma.sync blocks).
+    // warpgroup (wgmma) blocks at 64 (the 32-head ones); 8 warps are forced once too, with the mma.sync
+    // output blocks (G = 1 has warpgroup output blocks by default; G > 1 has only the mma.sync ones) and v
+    // through memory (G = 1; by default only at 64 columns), which makes them mma.sync recurrence blocks at
+    // both widths with G = 1 (with G > 1, v stays in the recurrence and 32 columns keep the warpgroup form);
+    // and once without the 32-column warpgroup form (SGDN_CUDA_REC_WG32=0: 4-warp mma.sync blocks).
     // And the dense selector's recurrence with its outputs in one pass (G = 1): by default where the blocks
     // are warpgroup blocks of 64 columns (the 32-head cases: for 2 sequences the warp-specialised blocks, for
     // 6 blocks of 2 warpgroups), forced in each form on every case (1 and 2 warpgroups, warp-specialised),
@@ -678,7 +679,7 @@ TEST_CASE("CUDA tensor-core path matches float64 within the bf16 bound", "[gpu][
                     int(cs.initial_state), (long long)cs.group, out16 ? "bf16" : "fp32",
                     *warps ? ", 8 warps" : "", *wg32 ? ", SGDN_CUDA_REC_WG32=0" : "",
                     *fused ? ", SGDN_CUDA_FUSED=" : "", fused, err_o, err_s);
-        INFO("tc case " << index << (*warps ? ", 8-warp mma.sync recurrence blocks" : "")
+        INFO("tc case " << index << (*warps ? ", 8-warp recurrence blocks, v through memory" : "")
                         << (*wg32 ? ", SGDN_CUDA_REC_WG32=0" : "") << (*fused ? ", SGDN_CUDA_FUSED=" : "")
                         << fused);
         CHECK(err_o <= 1e-2);
