@@ -2248,8 +2248,7 @@ __global__ void __launch_bounds__(NW * 32 + 32, VT == 64 ? 2 : 0)  // 64: two bl
             }
             fence_proxy_async();  // Vh, read by the state's warpgroup product
           }
-        } else {  // v̂ = U − W Sb: this warp's 16 x kVCols tile, k = 128, in kSets accumulator sets (mma
-                  // chains)
+        } else {  // v̂ = U − W Sb: this warp's 16 x kVCols tile, k = 128, kSets accumulator sets
           // The next copies first: one thread's few instructions, and the copies' longest lead (measured 4-5
           // % faster than issuing them after the products).
           fetch_next();
@@ -2310,56 +2309,57 @@ __global__ void __launch_bounds__(NW * 32 + 32, VT == 64 ? 2 : 0)  // 64: two bl
           for (int j = 0; j < (math ? kUCopies : 0); ++j)
             *reinterpret_cast<uint4*>(u_src0 + c * uw_step + j * kURows * kD) =
                 *reinterpret_cast<const uint4*>(cs.u + u_dst + j * kURows * VT);
-        if (!math) {
-        } else if constexpr (Wg) {  // S = e^Γ S + Kᵀ Vh: warpgroup products, warpgroup g the state rows 64
-                                    // g..
-          const float decay = exp_ftz(big_gamma);
-          float(&stf)[16] = *reinterpret_cast<float(*)[16]>(&st[0][0][0]);
-          uint32_t af[kC / 16][4];
+        // S = e^Γ S + Kᵀ Vh on the math warps: as warpgroup products, warpgroup g the state rows 64 g.. (Wg),
+        // or as this warp's kMT x 16 rows, VT columns, k = 64 (with one m-tile the second half of k goes into
+        // a second set: two mma chains per tile).
+        if (math) {
+          if constexpr (Wg) {
+            const float decay = exp_ftz(big_gamma);
+            float(&stf)[16] = *reinterpret_cast<float(*)[16]>(&st[0][0][0]);
+            uint32_t af[kC / 16][4];
 #pragma unroll
-          for (int k0 = 0; k0 < kC / 16; ++k0) load_a_t_at(af[k0], cs.k, sw128, warp * 16, k0 * 16);
+            for (int k0 = 0; k0 < kC / 16; ++k0) load_a_t_at(af[k0], cs.k, sw128, warp * 16, k0 * 16);
 #pragma unroll
-          for (int e = 0; e < 16; ++e) stf[e] *= decay;
-          const uint64_t vh_desc = sw64_desc(sm.vh);
-          wgmma_fence();
+            for (int e = 0; e < 16; ++e) stf[e] *= decay;
+            const uint64_t vh_desc = sw64_desc(sm.vh);
+            wgmma_fence();
 #pragma unroll
-          for (int k0 = 0; k0 < kC / 16; ++k0)
-            wgmma_m64n32k16_rs_t(stf, af[k0], vh_desc + k0 * kSw64MnMajorStep);
-          wgmma_commit();
-          wgmma_wait_all(stf);
-        } else {  // S = e^Γ S + Kᵀ Vh: this warp's kMT x 16 rows, VT columns, k = 64; with one m-tile the
-                  // second
-                  // half of k goes into a second set (two mma chains per tile)
-          const float decay = exp_ftz(big_gamma);
-          [[maybe_unused]] float st2[kMT == 1 ? VT / 8 : 1][4] = {};
-          for (int mt = 0; mt < kMT; ++mt)
-            for (int nt = 0; nt < VT / 8; ++nt)
-              for (int r = 0; r < 4; ++r) st[mt][nt][r] *= decay;
+            for (int k0 = 0; k0 < kC / 16; ++k0)
+              wgmma_m64n32k16_rs_t(stf, af[k0], vh_desc + k0 * kSw64MnMajorStep);
+            wgmma_commit();
+            wgmma_wait_all(stf);
+          } else {
+            const float decay = exp_ftz(big_gamma);
+            [[maybe_unused]] float st2[kMT == 1 ? VT / 8 : 1][4] = {};
+            for (int mt = 0; mt < kMT; ++mt)
+              for (int nt = 0; nt < VT / 8; ++nt)
+                for (int r = 0; r < 4; ++r) st[mt][nt][r] *= decay;
 #pragma unroll
-          for (int k0 = 0; k0 < kC; k0 += 16) {
-            uint32_t af[kMT][4];
+            for (int k0 = 0; k0 < kC; k0 += 16) {
+              uint32_t af[kMT][4];
 #pragma unroll
-            for (int mt = 0; mt < kMT; ++mt) ldsm_x4_t(af[mt], cs.k + k_off[mt] + k0 * 64);
+              for (int mt = 0; mt < kMT; ++mt) ldsm_x4_t(af[mt], cs.k + k_off[mt] + k0 * 64);
 #pragma unroll
-            for (int j = 0; j < VT / 16; ++j) {
-              uint32_t bf[4];
-              ldsm_x4_t(bf, sm.vh + b_off + k0 * kLdT + 16 * j);
+              for (int j = 0; j < VT / 16; ++j) {
+                uint32_t bf[4];
+                ldsm_x4_t(bf, sm.vh + b_off + k0 * kLdT + 16 * j);
 #pragma unroll
-              for (int mt = 0; mt < kMT; ++mt) {
-                if constexpr (kMT == 1) {
-                  float(&d)[VT / 8][4] = k0 < kC / 2 ? st[0] : st2;
-                  mma(d[2 * j], af[0], bf[0], bf[1]);
-                  mma(d[2 * j + 1], af[0], bf[2], bf[3]);
-                } else {
-                  mma(st[mt][2 * j], af[mt], bf[0], bf[1]);
-                  mma(st[mt][2 * j + 1], af[mt], bf[2], bf[3]);
+                for (int mt = 0; mt < kMT; ++mt) {
+                  if constexpr (kMT == 1) {
+                    float(&d)[VT / 8][4] = k0 < kC / 2 ? st[0] : st2;
+                    mma(d[2 * j], af[0], bf[0], bf[1]);
+                    mma(d[2 * j + 1], af[0], bf[2], bf[3]);
+                  } else {
+                    mma(st[mt][2 * j], af[mt], bf[0], bf[1]);
+                    mma(st[mt][2 * j + 1], af[mt], bf[2], bf[3]);
+                  }
                 }
               }
             }
+            if constexpr (kMT == 1)
+              for (int nt = 0; nt < VT / 8; ++nt)
+                for (int r = 0; r < 4; ++r) st[0][nt][r] += st2[nt][r];
           }
-          if constexpr (kMT == 1)
-            for (int nt = 0; nt < VT / 8; ++nt)
-              for (int r = 0; r < 4; ++r) st[0][nt][r] += st2[nt][r];
         }
         // Sb = bf16(S): every read of the old Sb (W Sb, the snapshot's copy) is behind the barrier.
         store_sb();
@@ -4079,9 +4079,7 @@ std::string forward(const Problem& p, const DeviceTensors& t, void* workspace, s
   } else if (use_tc) {
     const dim3 grid{unsigned(tc::recurrence_tc_blocks(p, rec_columns))};
     const int stages = recurrence_stages(p, sms, rec_columns);
-    // Which kernel by its own flag, not by its thread count: the 4-warp mma.sync blocks (160 threads with
-    // their producer warp) and the warpgroup blocks (128) are no longer alike, but the flag says what is
-    // meant.
+    // Which kernel by its own flag (recurrence_wgmma), not by its thread count.
     const bool wg = recurrence_wgmma(rec_columns);
     const int rec_warps = recurrence_warps(p, rec_columns);
     const auto [rec_kernel, rec_smem, rec_threads] = tc::recurrence_tc_variant(
