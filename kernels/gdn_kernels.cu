@@ -1837,7 +1837,7 @@ static_assert(kRecStageBytes<32> == offsetof(RecStage<32>, gam) + sizeof(float) 
               "the stage's bytes are its tiles'");
 template <int NS, int VT>
 struct RecSmem {
-  static_assert(NS == 2 || NS == 3, "two or three copy stages");
+  static_assert(NS >= 2 && NS <= 4, "two to four copy stages");
   static constexpr int kLdT = VT + 8;  // row stride of Vh
   RecStage<VT> stage[NS];
   alignas(1024) bf16 sb[kD * VT];    // swz_u<VT>: the layout of the snapshots' tensor copies
@@ -1988,14 +1988,16 @@ __device__ __forceinline__ float for_each_event(const RecurrenceArgs& a, uint8_t
 // A measuring build (-DSGDN_TRACE_CHAIN, not the default): each 32- or 64-column mma.sync / warpgroup-product
 // recurrence block sums the clock cycles of an event's phases on its first and last math warps (the v̂
 // product's issue with the snapshot's and copies' calls, v̂ to Vh, the copy waits before the middle barrier,
-// that barrier, the state's update with Sb, the rest up to the next event), and trace_print_kernel, launched
-// after the recurrence, prints them per block with at least 200 events ("TRACE hv .. tile .. warp first|last
-// events .. cycles .. ns .. | six phases in cycles per event"). printf in the recurrence itself would make
+// that barrier, the state's update with Sb, the wait for the next event's copies, the rest up to the next
+// event; and in the warpgroup form, counted apart from those: the wait for W Sb, the v̂ epilogue's arithmetic
+// and stores, the state's products), and trace_print_kernel, launched after the recurrence, prints them per
+// block with at least 200 events ("TRACE hv .. tile .. warp first|last events .. cycles .. ns .. | seven
+// phases | three parts, in cycles per event"). printf in the recurrence itself would make
 // ptxas serialise its warpgroup products (note C7510); the outputs no longer run beside the recurrence in
 // this build.
 #ifdef SGDN_TRACE_CHAIN
 constexpr int kTraceBlocks = 1024;
-__device__ long long g_trace[kTraceBlocks][2][12];
+__device__ long long g_trace[kTraceBlocks][2][14];
 __global__ void trace_print_kernel(int blocks) {
   for (int b = 0; b < blocks && b < kTraceBlocks; ++b)
     for (int w = 0; w < 2; ++w) {
@@ -2004,9 +2006,9 @@ __global__ void trace_print_kernel(int blocks) {
       if (ev >= 200)
         printf(
             "TRACE hv %lld tile %lld warp %s events %lld cycles %lld ns %lld | %lld %lld %lld %lld %lld "
-            "%lld\n",
+            "%lld %lld | %lld %lld %lld\n",
             t[3] / 1000, t[3] % 1000, w ? "last" : "first", ev, t[1], t[2], t[4] / ev, t[5] / ev, t[6] / ev,
-            t[7] / ev, t[8] / ev, t[10] / ev);
+            t[7] / ev, t[8] / ev, t[9] / ev, t[10] / ev, t[11] / ev, t[12] / ev, t[13] / ev);
       t[0] = 0;
     }
 }
@@ -2131,12 +2133,30 @@ __global__ void __launch_bounds__(NW * 32 + 32, VT == 64 ? 2 : 0)  // 64: two bl
     tma_load_2d(st_.u, &tma.u, col0, row, bar);
     bulk_load(st_.gam, a.gamma + slot_id * kC, sizeof(float) * kC, bar);
   };
+#ifdef SGDN_TRACE_CHAIN  // a measuring build: where a chain's event goes, in clock cycles, per phase
+  long long tr_acc[10] = {}, tr_last = clock64();
+  int tr_events = 0;
+  uint64_t tr_ns0;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(tr_ns0));
+  const long long tr_c0 = tr_last;
+#define SGDN_TRACE_MARK(i)            \
+  do {                                \
+    const long long tr_t = clock64(); \
+    tr_acc[i] += tr_t - tr_last;      \
+    tr_last = tr_t;                   \
+  } while (0)
+#else
+#define SGDN_TRACE_MARK(i) \
+  do {                     \
+  } while (0)
+#endif
   // Every thread waits for a stage's copies itself, by the parity of the stage's use.
   uint32_t parity = 0;
   auto wait = [&](int buf, int inflight) {
     if (inflight <= 0) return;
     mbar_wait(&sm.full[buf], (parity >> buf) & 1);
     parity ^= 1u << buf;
+    SGDN_TRACE_MARK(5);
   };
   // VOut: the thread-constant parts of the stores of v (rows ur + kURows j, 16-byte part up).
   const int ur = threadIdx.x / kUPieces, up = (threadIdx.x % kUPieces) * 8;
@@ -2179,23 +2199,6 @@ __global__ void __launch_bounds__(NW * 32 + 32, VT == 64 ? 2 : 0)  // 64: two bl
     sb_b_off[np] = opaque(swz_u<VT>((lane & 7) + ((lane >> 3) & 1) * 8, vcol + np * 16 + (lane >> 4) * 8));
   // Chunks [0, safe_upto) have their snapshots' copies issued in an earlier event than the current one.
   int64_t safe_upto = 0;
-#ifdef SGDN_TRACE_CHAIN  // a measuring build: where a chain's event goes, in clock cycles, per phase
-  long long tr_acc[7] = {}, tr_last = clock64();
-  int tr_events = 0;
-  uint64_t tr_ns0;
-  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(tr_ns0));
-  const long long tr_c0 = tr_last;
-#define SGDN_TRACE_MARK(i)            \
-  do {                                \
-    const long long tr_t = clock64(); \
-    tr_acc[i] += tr_t - tr_last;      \
-    tr_last = tr_t;                   \
-  } while (0)
-#else
-#define SGDN_TRACE_MARK(i) \
-  do {                     \
-  } while (0)
-#endif
   float sb_scale = 1.f;  // the state is sb_scale x the state that Sb holds (skipped chunks since the event)
   const float pending = for_each_event<NS>(
       a, sm.mask, sm.decay, n, ev_base, publish, fetch, wait, write_snapshot, drain,
@@ -2217,6 +2220,10 @@ __global__ void __launch_bounds__(NW * 32 + 32, VT == 64 ? 2 : 0)  // 64: two bl
         ++tr_events;
 #endif
         if constexpr (Wg) {  // v̂ = U − W Sb as one warpgroup product (64 x 32, k = 128) on warps 0-3
+          // The previous event's snapshot before the next copies where more than one stage is in flight
+          // (its read of Sb, which the middle barrier waits for, then no longer queues behind them); after
+          // them with 2 stages, whose copies have one event's lead.
+          if constexpr (NS > 2) flush_snapshot();
           fetch_next();
           float acc[16] = {};
           const uint64_t sb_desc = sw64_desc(sm.sb);
@@ -2228,24 +2235,37 @@ __global__ void __launch_bounds__(NW * 32 + 32, VT == 64 ? 2 : 0)  // 64: two bl
                                    sb_desc + ks * kSw64MnMajorStep, ks);
             wgmma_commit();
           }
-          flush_snapshot();
+          // While the product runs: this thread's γ factors and U pairs, which do not depend on it, so that
+          // the epilogue below has no shared-memory load between its stores (the compiler keeps a load after
+          // a store that may alias it; alternating, they took ~500 cycles per event, ~80 without loads).
+          float f[2] = {};
+          float2 uu[2][VT / 8] = {};
+          int at[2][VT / 8] = {};
+#pragma unroll
+          for (int half = 0; half < (warp < 4 ? 2 : 0); ++half) {
+            const int row = warp * 16 + gq + half * 8;
+            f[half] = exp_ftz(big_gamma - cs.gam[row]);
+#pragma unroll
+            for (int j = 0; j < VT / 8; ++j) {
+              at[half][j] = swz_u<VT>(row, j * 8 + tq * 2);
+              uu[half][j] = unpack_bf16(*reinterpret_cast<const uint32_t*>(cs.u + at[half][j]));
+            }
+          }
+          if constexpr (NS == 2) flush_snapshot();
           SGDN_TRACE_MARK(0);
           zero_short_k(cs, c);
           if (warp < 4) {
             wgmma_wait_all(acc);
+            SGDN_TRACE_MARK(7);
 #pragma unroll
-            for (int half = 0; half < 2; ++half) {
-              const int row = warp * 16 + gq + half * 8;
-              const float f = exp_ftz(big_gamma - cs.gam[row]);
+            for (int half = 0; half < 2; ++half)
 #pragma unroll
               for (int j = 0; j < VT / 8; ++j) {
-                const int at = swz_u<VT>(row, j * 8 + tq * 2);
-                const float2 uu = unpack_bf16(*reinterpret_cast<const uint32_t*>(cs.u + at));
-                const float x0 = fmaf(-sb_scale, acc[4 * j + 2 * half], uu.x);
-                const float x1 = fmaf(-sb_scale, acc[4 * j + 2 * half + 1], uu.y);
-                *reinterpret_cast<uint32_t*>(sm.vh + at) = pack_bf16(x0 * f, x1 * f);
+                const float x0 = fmaf(-sb_scale, acc[4 * j + 2 * half], uu[half][j].x);
+                const float x1 = fmaf(-sb_scale, acc[4 * j + 2 * half + 1], uu[half][j].y);
+                *reinterpret_cast<uint32_t*>(sm.vh + at[half][j]) = pack_bf16(x0 * f[half], x1 * f[half]);
               }
-            }
+            SGDN_TRACE_MARK(8);
             fence_proxy_async();  // Vh, read by the state's warpgroup product
           }
         } else {  // v̂ = U − W Sb: this warp's 16 x kVCols tile, k = 128, kSets accumulator sets
@@ -2328,6 +2348,7 @@ __global__ void __launch_bounds__(NW * 32 + 32, VT == 64 ? 2 : 0)  // 64: two bl
               wgmma_m64n32k16_rs_t(stf, af[k0], vh_desc + k0 * kSw64MnMajorStep);
             wgmma_commit();
             wgmma_wait_all(stf);
+            SGDN_TRACE_MARK(9);
           } else {
             const float decay = exp_ftz(big_gamma);
             [[maybe_unused]] float st2[kMT == 1 ? VT / 8 : 1][4] = {};
@@ -2388,7 +2409,7 @@ __global__ void __launch_bounds__(NW * 32 + 32, VT == 64 ? 2 : 0)  // 64: two bl
     t[1] = tr_c1 - tr_c0;
     t[2] = (long long)(tr_ns1 - tr_ns0);
     t[3] = hv * 1000 + tile;
-    for (int i = 0; i < 7; ++i) t[4 + i] = tr_acc[i];
+    for (int i = 0; i < 10; ++i) t[4 + i] = tr_acc[i];
   }
 #endif
 #undef SGDN_TRACE_MARK
@@ -3368,8 +3389,9 @@ RecurrenceVariant recurrence_wg_variant() {
 }
 RecurrenceVariant recurrence_tc_variant(int stages, bool v_out, int columns, int warps, bool wg, bool wg32) {
   if (wg32)  // 32 columns, 8 warps, v not stored: recurrence_wg32 is false wherever v_out is set
-    return stages == 2 ? recurrence_variant<2, false, 32, 8, true>()
-                       : recurrence_variant<3, false, 32, 8, true>();
+    return stages == 2   ? recurrence_variant<2, false, 32, 8, true>()
+           : stages == 3 ? recurrence_variant<3, false, 32, 8, true>()
+                         : recurrence_variant<4, false, 32, 8, true>();
   if (wg)
     return stages == 2 ? (v_out ? recurrence_wg_variant<2, true>() : recurrence_wg_variant<2, false>())
                        : (v_out ? recurrence_wg_variant<3, true>() : recurrence_wg_variant<3, false>());
@@ -3551,7 +3573,13 @@ int recurrence_columns(const Problem& p, int multiprocessors) {
 // 0.519 / 0.954 / 3.706, topk at rho 0.29 0.531 / 0.994 / 3.889 → 0.509 / 0.932 / 3.672; at max_fraction
 // 0.67 2 stages were slower, 1.003 → 1.088 at 32K). (G > 1: no output block fits beside one, see
 // output_tc_smem.)
-// SGDN_CUDA_REC_STAGES=2 or 3 overrides it (a measuring aid).
+// The 32-column warpgroup-product blocks (recurrence_wg32) take 4 where 3 would be chosen: the chain alone at
+// 32K waited ~340 cycles per event for the next stage's copies with 3 (two events in flight), ~125 with 4,
+// and took 1 183 000 → 1 058 000 cycles (the trace build, with the snapshot's copy issued before the next
+// event's); forwards side by side (2026-12-01 15:26Z-15:29Z, ms, sparse-default 16K / 32K / 128K, 3 stages /
+// 4): 0.531 / 0.525, 1.026 / 1.020, 4.055 / 3.981; with the snapshot first 0.524 / 0.526, 1.011
+// / 1.008, 4.028 / 3.978. SGDN_CUDA_REC_STAGES=2 or 3 (or 4, for those blocks) overrides it (a measuring
+// aid).
 constexpr double kShortChain = 0.5;
 // The most of a sequence's chunks that one unit's chain can hold, as the selector's settings bound it.
 double chain_bound(const Problem& p) {
@@ -3566,14 +3594,14 @@ double chain_bound(const Problem& p) {
       return 1.0;
   }
 }
-int recurrence_stages(const Problem& p, int multiprocessors, int columns) {
+int recurrence_stages(const Problem& p, int multiprocessors, int columns, bool wg32) {
   const int forced = measuring_switch("SGDN_CUDA_REC_STAGES");
-  if (forced == 2 || forced == 3) return forced;
+  if (forced == 2 || forced == 3 || (forced == 4 && wg32)) return forced;
   const int64_t three_stage_limit = multiprocessors;
   const bool throughput = p.selector == SelectorKind::dense ||
                           (p.group == 1 && chain_bound(p) <= kShortChain) ||
                           tc::recurrence_tc_blocks(p, columns) > three_stage_limit;
-  return throughput ? 2 : 3;
+  return throughput ? 2 : wg32 ? 4 : 3;
 }
 // Warps per recurrence block: 4 (one per scheduler; warp w owns state rows 32w.. and a 16-row tile of v̂ of
 // all the block's columns), except a sparse selector's 32-column blocks, which keep 8 (two per scheduler;
@@ -4078,12 +4106,13 @@ std::string forward(const Problem& p, const DeviceTensors& t, void* workspace, s
                         stream, true, rec, out, u_tc, w_tc);
   } else if (use_tc) {
     const dim3 grid{unsigned(tc::recurrence_tc_blocks(p, rec_columns))};
-    const int stages = recurrence_stages(p, sms, rec_columns);
     // Which kernel by its own flag (recurrence_wgmma), not by its thread count.
     const bool wg = recurrence_wgmma(rec_columns);
     const int rec_warps = recurrence_warps(p, rec_columns);
-    const auto [rec_kernel, rec_smem, rec_threads] = tc::recurrence_tc_variant(
-        stages, v_in_u, rec_columns, rec_warps, wg, recurrence_wg32(rec_columns, rec_warps, v_in_u));
+    const bool wg32 = recurrence_wg32(rec_columns, rec_warps, v_in_u);
+    const int stages = recurrence_stages(p, sms, rec_columns, wg32);
+    const auto [rec_kernel, rec_smem, rec_threads] =
+        tc::recurrence_tc_variant(stages, v_in_u, rec_columns, rec_warps, wg, wg32);
     // A multiprocessor that runs a 2-stage recurrence block keeps all of its shared memory (228 KB)
     // configured, so that an output block fits beside it; left alone, the driver configures the least that
     // holds two recurrence blocks (196 KB), and the output block (112 KB) would wait for the recurrence to
