@@ -1803,19 +1803,19 @@ __global__ void __launch_bounds__(kPrepThreads, 4)
 //   tensor copy (TMA) during the next event. A producer warp after the NW math warps issues the copies.
 // Two barriers per event (Sb written, Vh written), whether or not chunks were skipped before it. The next
 // NS − 1 selected events' W, K, U, γ are in flight (TMA, NS stages), the next one's issued as an event
-// starts. NS = 3 (127 KB of shared memory) keeps a lone busy chain fed; NS = 2 (90 KB) leaves room on the
-// multiprocessor for an output block (or a second recurrence block) beside it, which pays where every chain
-// is busy (the dense selector). VT = 64 (half the blocks, each copying W and K once for twice the columns)
-// was for runs with more 32-column blocks than multiprocessors (packed batches), whose 32-column recurrence
-// the copies' traffic through L2 bounded; 2 stages of it (110 KB) still let two blocks share a
-// multiprocessor. Since v33 those runs take recurrence_wg_kernel, and this kernel's 64-column blocks run only
-// with SGDN_CUDA_REC_WG=0 (a measuring aid). The copied tiles come from the tensor memory accelerator (one
-// thread issues an event's copies; they complete on the stage's mbarrier) in its swizzled layouts, whose
-// 16-byte pieces are permuted by the row so that the 8 rows an ldmatrix reads and the rows the epilogue reads
-// fall in distinct banks: W and K as sw128 (two 64-column halves), U's VT columns with the 64-byte swizzle
-// for 32 (piece p of row r at p ^ ((r >> 1) & 3), two rows per 128-byte line) and the 128-byte one for 64 (p
-// ^ (r & 7), one row per line). (Until v34 every thread issued cp.async copies, ~135 of an event's 370
-// instructions per warp.)
+// starts. NS = 3 (127 KB of shared memory; 4, 164 KB, for the warpgroup form's blocks) keeps a lone busy
+// chain fed; NS = 2 (90 KB) leaves room on the multiprocessor for an output block (or a second recurrence
+// block) beside it, which pays where every chain is busy (the dense selector). VT = 64 (half the blocks, each
+// copying W and K once for twice the columns) was for runs with more 32-column blocks than multiprocessors
+// (packed batches), whose 32-column recurrence the copies' traffic through L2 bounded; 2 stages of it (110
+// KB) still let two blocks share a multiprocessor. Since v33 those runs take recurrence_wg_kernel, and this
+// kernel's 64-column blocks run only with SGDN_CUDA_REC_WG=0 (a measuring aid). The copied tiles come from
+// the tensor memory accelerator (one thread issues an event's copies; they complete on the stage's mbarrier)
+// in its swizzled layouts, whose 16-byte pieces are permuted by the row so that the 8 rows an ldmatrix reads
+// and the rows the epilogue reads fall in distinct banks: W and K as sw128 (two 64-column halves), U's VT
+// columns with the 64-byte swizzle for 32 (piece p of row r at p ^ ((r >> 1) & 3), two rows per 128-byte
+// line) and the 128-byte one for 64 (p ^ (r & 7), one row per line). (Until v34 every thread issued cp.async
+// copies, ~135 of an event's 370 instructions per warp.)
 template <int VT>
 __device__ __forceinline__ int swz_u(int r, int c) {
   static_assert(VT == 32 || VT == 64, "32 or 64 columns");
@@ -1896,11 +1896,11 @@ struct Publisher {
 // waited for before it starts (`wait(buffer, copies in flight)`, then a barrier). `event(buffer, chunk, Γ,
 // flush, fetch_next)` computes one event and calls fetch_next() where the next copy is to be issued.
 // Snapshots: `write(slot)` copies Sb to snapshot `slot` (the initial state's first); an event's snapshot is
-// written by the next flush() (the event after it calls it while its first products run; before Sb changes
-// otherwise), and `chunks` (null but in a head's first block) receives the events' chunks. At the end every
-// chunk is published; `drain()` is called before the barriers that precede those publications (snapshots
-// stored asynchronously complete there). Returns the log decay after the last event; `slot` is then the
-// number of events.
+// written by the next flush() (the event after it calls it while its first products run, or before its copies
+// where the warpgroup form has more than 2 stages; before Sb changes otherwise), and `chunks` (null but in a
+// head's first block) receives the events' chunks. At the end every chunk is published; `drain()` is called
+// before the barriers that precede those publications (snapshots stored asynchronously complete there).
+// Returns the log decay after the last event; `slot` is then the number of events.
 template <int NS, class Publish, class Fetch, class Wait, class Write, class Drain, class Rescale,
           class Event>
 __device__ __forceinline__ float for_each_event(const RecurrenceArgs& a, uint8_t* mask, float* decay,
@@ -1987,14 +1987,14 @@ __device__ __forceinline__ float for_each_event(const RecurrenceArgs& a, uint8_t
 
 // A measuring build (-DSGDN_TRACE_CHAIN, not the default): each 32- or 64-column mma.sync / warpgroup-product
 // recurrence block sums the clock cycles of an event's phases on its first and last math warps (the v̂
-// product's issue with the snapshot's and copies' calls, v̂ to Vh, the copy waits before the middle barrier,
-// that barrier, the state's update with Sb, the wait for the next event's copies, the rest up to the next
-// event; and in the warpgroup form, counted apart from those: the wait for W Sb, the v̂ epilogue's arithmetic
-// and stores, the state's products), and trace_print_kernel, launched after the recurrence, prints them per
-// block with at least 200 events ("TRACE hv .. tile .. warp first|last events .. cycles .. ns .. | seven
-// phases | three parts, in cycles per event"). printf in the recurrence itself would make
-// ptxas serialise its warpgroup products (note C7510); the outputs no longer run beside the recurrence in
-// this build.
+// product's issue with the snapshot's and copies' calls (and the warpgroup form's epilogue loads), v̂ to Vh,
+// the copy waits before the middle barrier, that barrier, the state's update with Sb, the wait for the next
+// event's copies, the rest up to the next event; and in the warpgroup form, counted apart from those: the
+// wait for W Sb, the v̂ epilogue's arithmetic and stores, the state's products), and trace_print_kernel,
+// launched after the recurrence, prints them per block with at least 200 events ("TRACE hv .. tile .. warp
+// first|last events .. cycles .. ns .. | seven phases | three parts, in cycles per event"). printf in the
+// recurrence itself would make ptxas serialise its warpgroup products (note C7510); the outputs no longer run
+// beside the recurrence in this build.
 #ifdef SGDN_TRACE_CHAIN
 constexpr int kTraceBlocks = 1024;
 __device__ long long g_trace[kTraceBlocks][2][14];
@@ -3496,7 +3496,7 @@ size_t output_smem(const Problem& p) {
 }
 
 // The measuring aids below are environment variables holding one digit (SGDN_CUDA_STAGE_TIMING=1,
-// SGDN_CUDA_SERIAL_OUTPUTS=1, SGDN_CUDA_REC_STAGES=2|3, SGDN_CUDA_REC_WIDE=0|1, SGDN_CUDA_V_THROUGH=0|1,
+// SGDN_CUDA_SERIAL_OUTPUTS=1, SGDN_CUDA_REC_STAGES=2|3|4, SGDN_CUDA_REC_WIDE=0|1, SGDN_CUDA_V_THROUGH=0|1,
 // SGDN_CUDA_REC_WARPS=4|8, SGDN_CUDA_OUT_RUN=1|2|4, SGDN_CUDA_REC_WG=0|1, SGDN_CUDA_REC_WG32=0|1,
 // SGDN_CUDA_OUT_WG=0, SGDN_CUDA_FUSED=0|1|2|3);
 // anything else, or unset, reads as -1 (off).
