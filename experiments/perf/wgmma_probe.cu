@@ -48,7 +48,7 @@ struct ProbeSmem {
   float4 xchg[2][256];
 };
 
-// cycles[wg][case]: the median-free mean over kReps groups (the first excluded), per warpgroup.
+// cycles[wg][case]: the mean over kReps groups (one more, the first, not counted), per warpgroup.
 __global__ void probe_kernel(long long* cycles, int wgs_busy) {
   extern __shared__ __align__(16) unsigned char raw[];
   ProbeSmem& sm = *reinterpret_cast<ProbeSmem*>(raw + ((1024 - (smem_addr(raw) & 1023)) & 1023));
@@ -59,6 +59,8 @@ __global__ void probe_kernel(long long* cycles, int wgs_busy) {
   const int wg = threadIdx.x / 128;
   if (wg >= wgs_busy) return;
   const uint64_t da = sw128_desc(sm.a), db32 = sw64_desc(sm.b), db64 = sw128_desc(sm.b);
+  // A at k-step ks (16 columns): the 32-byte steps within one sw128 half, the halves 64 x 128 bytes apart.
+  auto a_at = [&](int ks) { return da + (ks >> 2) * (kC * 64 * 2 >> 4) + (ks & 3) * kSwKMajorStep; };
   uint32_t af[4] = {0x3c003c00u, 0x3c003c00u, 0x3c003c00u, 0x3c003c00u};
   float sink = 0.f;
   for (int c = 0; c < kCases; ++c) {
@@ -82,35 +84,30 @@ __global__ void probe_kernel(long long* cycles, int wgs_busy) {
         case kSs32x8:
 #pragma unroll
           for (int ks = 0; ks < 8; ++ks)
-            wgmma_m64n32k16_ss_t(acc, da + (ks >> 2) * (kC * 64 * 2 >> 4) + (ks & 3) * kSwKMajorStep,
-                                 db32 + ks * kSw64MnMajorStep, ks);
+            wgmma_m64n32k16_ss_t(acc, a_at(ks), db32 + ks * kSw64MnMajorStep, ks);
           break;
         case kSs32x8Two:
 #pragma unroll
           for (int ks = 0; ks < 8; ++ks)
-            wgmma_m64n32k16_ss_t(ks & 1 ? acc2 : acc,
-                                 da + (ks >> 2) * (kC * 64 * 2 >> 4) + (ks & 3) * kSwKMajorStep,
-                                 db32 + ks * kSw64MnMajorStep, ks > 1);
+            wgmma_m64n32k16_ss_t(ks & 1 ? acc2 : acc, a_at(ks), db32 + ks * kSw64MnMajorStep, ks > 1);
           break;
         case kSs32x4:
         case kSs32x8Split:
 #pragma unroll
           for (int ks = 0; ks < 4; ++ks)
-            wgmma_m64n32k16_ss_t(acc, da + (ks & 3) * kSwKMajorStep, db32 + ks * kSw64MnMajorStep, ks);
+            wgmma_m64n32k16_ss_t(acc, a_at(ks), db32 + ks * kSw64MnMajorStep, ks);
           if (c == kSs32x8Split) {
             wgmma_commit();
 #pragma unroll
             for (int ks = 4; ks < 8; ++ks)
-              wgmma_m64n32k16_ss_t(acc2, da + (kC * 64 * 2 >> 4) + (ks & 3) * kSwKMajorStep,
-                                   db32 + ks * kSw64MnMajorStep, ks > 4);
+              wgmma_m64n32k16_ss_t(acc2, a_at(ks), db32 + ks * kSw64MnMajorStep, ks > 4);
           }
           break;
         case kSs32x4Halves:
         case kXchg:
 #pragma unroll
           for (int ks = 0; ks < 4; ++ks)
-            wgmma_m64n32k16_ss_t(acc, da + wg * (kC * 64 * 2 >> 4) + ks * kSwKMajorStep,
-                                 db32 + (wg * 4 + ks) * kSw64MnMajorStep, ks);
+            wgmma_m64n32k16_ss_t(acc, a_at(wg * 4 + ks), db32 + (wg * 4 + ks) * kSw64MnMajorStep, ks);
           break;
         case kSs32x1:
           wgmma_m64n32k16_ss_t(acc, da, db32, 0);
@@ -122,13 +119,12 @@ __global__ void probe_kernel(long long* cycles, int wgs_busy) {
         case kSs64x8:
 #pragma unroll
           for (int ks = 0; ks < 8; ++ks)
-            wgmma_m64n64k16_ss_t(acc64, da + (ks >> 2) * (kC * 64 * 2 >> 4) + (ks & 3) * kSwKMajorStep,
-                                 db64 + ks * kSwMnMajorStep, ks);
+            wgmma_m64n64k16_ss_t(acc64, a_at(ks), db64 + ks * kSwMnMajorStep, ks);
           break;
         case kSs64x4:
 #pragma unroll
           for (int ks = 0; ks < 4; ++ks)
-            wgmma_m64n64k16_ss_t(acc64, da + (ks & 3) * kSwKMajorStep, db64 + ks * kSwMnMajorStep, ks);
+            wgmma_m64n64k16_ss_t(acc64, a_at(ks), db64 + ks * kSwMnMajorStep, ks);
           break;
       }
       wgmma_commit();
