@@ -48,7 +48,8 @@ struct ProbeSmem {
   float4 xchg[2][256];
 };
 
-// cycles[wg][case]: the mean over kReps groups (one more, the first, not counted), per warpgroup.
+// cycles[wg][case]: the mean over kReps groups (one more, the first, not counted), per warpgroup; cycles[2 +
+// wg][case]: of that, the time from the fence to past the group's commit (the issue alone).
 __global__ void probe_kernel(long long* cycles, int wgs_busy) {
   extern __shared__ __align__(16) unsigned char raw[];
   ProbeSmem& sm = *reinterpret_cast<ProbeSmem*>(raw + ((1024 - (smem_addr(raw) & 1023)) & 1023));
@@ -65,7 +66,7 @@ __global__ void probe_kernel(long long* cycles, int wgs_busy) {
   float sink = 0.f;
   for (int c = 0; c < kCases; ++c) {
     if (c == kXchg && wgs_busy < 2) continue;
-    long long total = 0;
+    long long total = 0, issued = 0;
     for (int rep = 0; rep <= kReps; ++rep) {
       float acc[16] = {}, acc2[16] = {}, acc64[32] = {};
       asm volatile("bar.sync %0, 128;" ::"r"(wg + 1));
@@ -128,6 +129,10 @@ __global__ void probe_kernel(long long* cycles, int wgs_busy) {
           break;
       }
       wgmma_commit();
+      // How long the issuing warp took to get past its products' issue (before any wait): whether a
+      // product's issue holds the warp, or only its result is late.
+      const long long ti = clock64();
+      if (rep > 0) issued += ti - t0;
       wgmma_wait_all(acc);
       wgmma_wait_all(acc2);
       wgmma_wait_all(acc64);
@@ -146,7 +151,10 @@ __global__ void probe_kernel(long long* cycles, int wgs_busy) {
       if (rep > 0) total += t1 - t0;
       sink += acc[0] + acc2[0] + acc64[0];
     }
-    if (threadIdx.x % 128 == 0) cycles[wg * kCases + c] = total / kReps;
+    if (threadIdx.x % 128 == 0) {
+      cycles[wg * kCases + c] = total / kReps;
+      cycles[(2 + wg) * kCases + c] = issued / kReps;
+    }
   }
   if (sink == 12345.f) cycles[0] = -1;  // keeps the products
 }
@@ -159,23 +167,25 @@ __global__ void probe_kernel(long long* cycles, int wgs_busy) {
 int main() {
   using namespace sgdn::cuda::tc;
   long long* d = nullptr;
-  cudaMalloc(&d, sizeof(long long) * 2 * kCases);
+  cudaMalloc(&d, sizeof(long long) * 4 * kCases);
   const int smem = sizeof(ProbeSmem) + 1024;
   cudaFuncSetAttribute(probe_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
   cudaDeviceProp p{};
   cudaGetDeviceProperties(&p, 0);
   std::printf("device %s\n", p.name);
   for (int busy = 1; busy <= 2; ++busy) {
-    cudaMemset(d, 0, sizeof(long long) * 2 * kCases);
+    cudaMemset(d, 0, sizeof(long long) * 4 * kCases);
     probe_kernel<<<1, 256, smem>>>(d, busy);
-    long long h[2 * kCases];
+    long long h[4 * kCases];
     if (cudaMemcpy(h, d, sizeof h, cudaMemcpyDeviceToHost) != cudaSuccess) {
       std::printf("error %s\n", cudaGetErrorString(cudaGetLastError()));
       return 1;
     }
     for (int c = 0; c < kCases; ++c)
-      std::printf("warpgroups issuing %d | %-30s | cycles wg0 %5lld wg1 %5lld\n", busy, kNames[c], h[c],
-                  busy > 1 ? h[kCases + c] : 0LL);
+      std::printf(
+          "warpgroups issuing %d | %-30s | cycles wg0 %5lld wg1 %5lld | of which issue wg0 %5lld wg1 %5lld\n",
+          busy, kNames[c], h[c], busy > 1 ? h[kCases + c] : 0LL, h[2 * kCases + c],
+          busy > 1 ? h[3 * kCases + c] : 0LL);
   }
   return 0;
 }
