@@ -62,6 +62,20 @@ __global__ void probe_kernel(long long* cycles, int wgs_busy) {
   const uint64_t da = sw128_desc(sm.a), db32 = sw64_desc(sm.b), db64 = sw128_desc(sm.b);
   // A at k-step ks (16 columns): the 32-byte steps within one sw128 half, the halves 64 x 128 bytes apart.
   auto a_at = [&](int ks) { return da + (ks >> 2) * (kC * 64 * 2 >> 4) + (ks & 3) * kSwKMajorStep; };
+  // A chain of N products over k-steps 0..N-1 (N a compile-time count, so that the issue is unrolled), into
+  // one accumulator: 32 columns (B sw64) or 64 (B sw128).
+  auto chain32 = [&](auto n, float(&d)[16]) {
+#pragma unroll
+    for (int ks = 0; ks < decltype(n)::value; ++ks)
+      wgmma_m64n32k16_ss_t(d, a_at(ks), db32 + ks * kSw64MnMajorStep, ks);
+  };
+  auto chain64 = [&](auto n, float(&d)[32]) {
+#pragma unroll
+    for (int ks = 0; ks < decltype(n)::value; ++ks)
+      wgmma_m64n64k16_ss_t(d, a_at(ks), db64 + ks * kSwMnMajorStep, ks);
+  };
+  using Four = std::integral_constant<int, 4>;
+  using Eight = std::integral_constant<int, 8>;
   uint32_t af[4] = {0x3c003c00u, 0x3c003c00u, 0x3c003c00u, 0x3c003c00u};
   float sink = 0.f;
   for (int c = 0; c < kCases; ++c) {
@@ -83,9 +97,7 @@ __global__ void probe_kernel(long long* cycles, int wgs_busy) {
       wgmma_fence();
       switch (c) {
         case kSs32x8:
-#pragma unroll
-          for (int ks = 0; ks < 8; ++ks)
-            wgmma_m64n32k16_ss_t(acc, a_at(ks), db32 + ks * kSw64MnMajorStep, ks);
+          chain32(Eight{}, acc);
           break;
         case kSs32x8Two:
 #pragma unroll
@@ -94,9 +106,7 @@ __global__ void probe_kernel(long long* cycles, int wgs_busy) {
           break;
         case kSs32x4:
         case kSs32x8Split:
-#pragma unroll
-          for (int ks = 0; ks < 4; ++ks)
-            wgmma_m64n32k16_ss_t(acc, a_at(ks), db32 + ks * kSw64MnMajorStep, ks);
+          chain32(Four{}, acc);
           if (c == kSs32x8Split) {
             wgmma_commit();
 #pragma unroll
@@ -118,14 +128,10 @@ __global__ void probe_kernel(long long* cycles, int wgs_busy) {
           for (int ks = 0; ks < 4; ++ks) wgmma_m64n32k16_rs_t(acc, af, db32 + ks * kSw64MnMajorStep);
           break;
         case kSs64x8:
-#pragma unroll
-          for (int ks = 0; ks < 8; ++ks)
-            wgmma_m64n64k16_ss_t(acc64, a_at(ks), db64 + ks * kSwMnMajorStep, ks);
+          chain64(Eight{}, acc64);
           break;
         case kSs64x4:
-#pragma unroll
-          for (int ks = 0; ks < 4; ++ks)
-            wgmma_m64n64k16_ss_t(acc64, a_at(ks), db64 + ks * kSwMnMajorStep, ks);
+          chain64(Four{}, acc64);
           break;
       }
       wgmma_commit();
