@@ -556,78 +556,129 @@ __device__ __forceinline__ int64_t budget_of(double rho, int64_t n) {
   return llround(rho * double(n));
 }
 
-// Selection key: the score made order-preserving in 32 bits above `tie_bits` bits holding the complement of
-// t = c * units + u, so that in descending order equal scores come in order of the earlier chunk, then the
-// lower unit (the CPU selectors' tie rule).
-__device__ __forceinline__ uint64_t score_key(float score, int64_t c, int units, int u, int tie_bits) {
+// The order-preserving bits of a score (descending scores: descending bits; −0 as +0).
+__device__ __forceinline__ uint32_t score_bits(float score) {
   if (score == 0.f) score = 0.f;  // -0 -> +0
-  uint32_t bits = __float_as_uint(score);
-  bits = (bits & 0x80000000u) ? ~bits : (bits | 0x80000000u);
-  const uint64_t mask = (uint64_t(1) << tie_bits) - 1;
-  return (uint64_t(bits) << tie_bits) | (mask - uint64_t(c * units + u));
+  const uint32_t bits = __float_as_uint(score);
+  return (bits & 0x80000000u) ? ~bits : (bits | 0x80000000u);
+}
+// The tie rank of event t = c * units + u in `tie_bits` bits: its complement, so that in descending order
+// equal scores come in order of the earlier chunk, then the lower unit (the CPU selectors' tie rule).
+__device__ __forceinline__ uint64_t tie_rank(int64_t c, int units, int u, int tie_bits) {
+  return ((uint64_t(1) << tie_bits) - 1) - uint64_t(c * units + u);
+}
+// Selection key: the score's bits above its tie rank.
+__device__ __forceinline__ uint64_t score_key(float score, int64_t c, int units, int u, int tie_bits) {
+  return (uint64_t(score_bits(score)) << tie_bits) | tie_rank(c, units, u, tie_bits);
 }
 
-// Sequence s's keys, event e = u n + c of its [units, n] block at `base`, from score_of(u, c) (every thread
-// of the block, all of the events at once: a loop over the units would leave most threads idle where n is
-// short and wait on one round trip per unit). 32-bit indices: a sequence's n units events are fewer than
-// 2^31 (check_problem), and fewer than 2^31 − blockDim.x wherever a workspace exists (its snapshots take 32
-// KB per event), so the counter cannot wrap either.
-template <class ScoreOf>
-__device__ void write_keys(ScoreOf score_of, int64_t base, int64_t n, int units, int tie_bits,
-                           uint64_t* keys) {
-  const int32_t n32 = int32_t(n), items = n32 * units;
-  for (int32_t e = threadIdx.x; e < items; e += blockDim.x) {
-    const int32_t u = e / n32, c = e - u * n32;
-    keys[base + e] = score_key(score_of(u, c), c, units, u, tie_bits);
-  }
-}
+// The radix select's histogram: one copy of the 256 digit counts per lane (row stride 257 words: lane l's
+// count of digit d is in bank (l + d) mod 32), so that the lanes of a warp whose keys share a digit add to
+// different words and banks (the top digits of alike scores are few: with one copy a warp's atomics to one
+// digit went one at a time). In shared memory given by the caller.
+constexpr int kHistStride = 257;
+constexpr size_t kHistBytes = sizeof(int) * 32 * kHistStride;
+// A radix select's result: the eligible keys at or above `key` are the k largest, unless `exact` is false:
+// then `key` is a whole key that more eligible keys equal than the `still` of them that the k largest take.
+struct KthKey {
+  uint64_t key;
+  int64_t still;
+  bool exact;
+};
 
-// The k-th largest of keys[0, items) among those whose index e is `eligible` (keys are unique), for a block
-// of 1024 threads: a radix select 8 bits at a time from the top (a histogram of the eligible keys that match
-// the digits found so far, then the digit where the count from the top reaches k), instead of a sort. 0 (at
-// or below every key) when k reaches the number of eligible keys; k >= 1. Every thread gets the result.
-template <class Eligible>
-__device__ uint64_t kth_largest_key(const uint64_t* keys, int64_t items, int64_t k, int key_bits,
-                                    Eligible eligible) {
+// The k-th largest of key_of(e), e in [0, items), among those whose index is `eligible`, for a block of
+// 1024 threads (every thread calls it; `hist`: kHistBytes of shared memory), by a radix select: one pass for
+// the eligible keys' count and the leading bits they all share (alike scores share their top bits), then 8
+// bits at a time below those (a histogram of the eligible keys that match the digits found so far, then the
+// digit where the count from the top reaches k), instead of a sort. It stops at the digit where every key
+// that matches is taken (key: those digits, zeros below). Key 0 (at or below every key) when k reaches the
+// number of eligible keys; k >= 1. Every thread gets the result. The keys are read four per thread at a time
+// (keys in global memory: one round trip per four).
+template <class KeyOf, class Eligible>
+__device__ KthKey kth_largest_key(int* hist, KeyOf key_of, int64_t items, int64_t k, Eligible eligible) {
   using BlockScan = cub::BlockScan<int, 1024>;
-  __shared__ typename BlockScan::TempStorage scan_storage;
-  __shared__ int hist[256];
+  using BlockReduce = cub::BlockReduce<uint64_t, 1024>;
+  __shared__ union {
+    typename BlockScan::TempStorage scan;
+    typename BlockReduce::TempStorage reduce;
+  } temp;
   __shared__ uint64_t prefix;
-  __shared__ int64_t still;  // how many of the largest keys below `prefix`'s digits are still to pass
-  __shared__ bool every;     // k reaches the number of eligible keys
-  __syncthreads();           // a previous call's results are read
+  __shared__ int hi;            // the bits from `hi` up are found
+  __shared__ int64_t still;     // how many of the largest keys below `prefix`'s digits are still to pass
+  __shared__ int64_t matching;  // how many eligible keys have `prefix`'s digits
+  __shared__ bool every;        // k reaches the number of eligible keys
+  __shared__ bool done;         // every key with `prefix`'s digits passes
+  constexpr int kBatch = 4;
+  const int lane = threadIdx.x & 31;  // its copy of the histogram
+  // Each pass visits the keys four per thread at a time.
+  auto for_each_key = [&](auto visit) {
+    for (int64_t e0 = threadIdx.x; e0 < items; e0 += kBatch * blockDim.x) {
+      uint64_t key[kBatch];
+      bool counted[kBatch];
+#pragma unroll
+      for (int j = 0; j < kBatch; ++j) {
+        const int64_t e = e0 + j * int64_t(blockDim.x);
+        counted[j] = e < items && eligible(e);
+        key[j] = counted[j] ? key_of(e) : 0;
+      }
+#pragma unroll
+      for (int j = 0; j < kBatch; ++j) visit(counted[j], key[j]);
+    }
+  };
+  uint64_t all_and = ~uint64_t(0), any_or = 0, count = 0;
+  for_each_key([&](bool counted, uint64_t key) {
+    if (counted) {
+      all_and &= key;
+      any_or |= key;
+      ++count;
+    }
+  });
+  __syncthreads();  // a previous call's results are read
+  all_and = BlockReduce(temp.reduce).Reduce(all_and, [](uint64_t a, uint64_t b) { return a & b; });
+  __syncthreads();
+  any_or = BlockReduce(temp.reduce).Reduce(any_or, [](uint64_t a, uint64_t b) { return a | b; });
+  __syncthreads();
+  count = BlockReduce(temp.reduce).Sum(count);
   if (threadIdx.x == 0) {
-    prefix = 0;
+    const uint64_t differ = all_and ^ any_or;  // the bits where eligible keys differ
+    hi = differ ? 64 - __clzll(differ) : 0;
+    prefix = hi >= 64 ? 0 : all_and >> hi << hi;
     still = k;
-    every = k >= items;
+    matching = int64_t(count);
+    every = k >= int64_t(count);
+    done = every || hi == 0;
   }
   __syncthreads();
   auto above = [](uint64_t key, int bits) { return bits >= 64 ? uint64_t(0) : key >> bits; };
-  for (int shift = (key_bits + 7) / 8 * 8 - 8; shift >= 0 && !every; shift -= 8) {
-    if (threadIdx.x < 256) hist[threadIdx.x] = 0;
+  for (int top = hi; top > 0 && !done; top -= 8) {
+    const int shift = top > 8 ? top - 8 : 0;
+    for (int i = threadIdx.x; i < 32 * kHistStride; i += blockDim.x) hist[i] = 0;
     __syncthreads();
-    const uint64_t high = above(prefix, shift + 8);  // the digits found so far
-    for (int64_t e = threadIdx.x; e < items; e += blockDim.x) {
-      const uint64_t key = keys[e];
-      if (above(key, shift + 8) == high && eligible(e)) atomicAdd(&hist[(key >> shift) & 255], 1);
-    }
+    const uint64_t high = above(prefix, top);  // the digits found so far
+    int* const own_copy = hist + lane * kHistStride;
+    for_each_key([&](bool counted, uint64_t key) {
+      // (bits of the digit above `top` are high's)
+      if (counted && above(key, top) == high) atomicAdd(&own_copy[unsigned(key >> shift) & 255u], 1);
+    });
     __syncthreads();
-    // Thread t holds the count of digit 255 - t; the inclusive sum is the count of keys with that digit or
-    // a larger one (at thread 255: all that match so far). The selected digit is where it first reaches
-    // `still`.
-    const int own = threadIdx.x < 256 ? hist[255 - threadIdx.x] : 0;
+    // Thread t holds the count of digit 255 - t (its lanes' copies summed); the inclusive sum is the count of
+    // keys with that digit or a larger one. The selected digit is where it first reaches `still`.
+    int own = 0;
+    if (threadIdx.x < 256)
+      for (int l = 0; l < 32; ++l) own += hist[l * kHistStride + 255 - threadIdx.x];
     int upto = 0;
-    BlockScan(scan_storage).InclusiveSum(own, upto);
+    BlockScan(temp.scan).InclusiveSum(own, upto);
     const int64_t need = still;
-    __syncthreads();                                      // every thread has read `still`
-    if (threadIdx.x == 255 && upto < need) every = true;  // (the first pass only: later ones hold >= need)
+    __syncthreads();  // every thread has read `still`
     if (threadIdx.x < 256 && upto >= need && upto - own < need) {
       prefix |= uint64_t(255 - threadIdx.x) << shift;
       still = need - (upto - own);
+      matching = own;
+      done = still == own;
     }
     __syncthreads();
   }
-  return every ? 0 : prefix;
+  return {every ? 0 : prefix, still, every || still == matching};
 }
 
 // A rank bound within a unit's N events: a fixed count if count >= 0, else round(fraction N); at most N.
@@ -657,11 +708,12 @@ __global__ void __launch_bounds__(1024)
     unit_keys[c] = score_key(unit_score[first + c], c, units, u, tie_bits);
   __syncthreads();
   const int64_t kept = keep.of(n), allowed = cap.of(n);
-  const int key_bits = 32 + tie_bits;
   auto any = [](int64_t) { return true; };
-  const uint64_t keep_from = kept > 0 ? kth_largest_key(unit_keys, n, kept, key_bits, any) : 0;
+  auto key_of = [&](int64_t c) { return unit_keys[c]; };
+  extern __shared__ int hist[];  // kHistBytes
+  const uint64_t keep_from = kept > 0 ? kth_largest_key(hist, key_of, n, kept, any).key : 0;
   const uint64_t cap_from =
-      allowed > 0 && allowed < n ? kth_largest_key(unit_keys, n, allowed, key_bits, any) : 0;
+      allowed > 0 && allowed < n ? kth_largest_key(hist, key_of, n, allowed, any).key : 0;
   for (int64_t c = threadIdx.x; c < n; c += blockDim.x) {
     const uint64_t key = unit_keys[c];
     if (kept > 0 && key >= keep_from)
@@ -672,17 +724,26 @@ __global__ void __launch_bounds__(1024)
 }
 
 // head_budget, one block of 1024 threads per sequence: the budget B = round(rho N units) goes to the B
-// largest keys (unique: score above the event's tie rank, so ties go to the earlier chunk as on the CPU),
-// found by a radix select. Without floor or cap (Marked = false) the unit scores are summed here from the
-// heads' (no score kernel before it for update_norm, whose head scores the pre-pass writes: one kernel fewer
-// on the selection's critical path, v36). With them (Marked) mark_unit_ranks_kernel has written the keys and
-// marked the floor (1) and the cap (2): the B − units min(floor, N) largest keys of the unmarked events are
+// largest keys (score above the event's tie rank, so ties go to the earlier chunk as on the CPU). The units'
+// scores are read once into `bits` (their order-preserving bits; in shared memory where the launch gave it
+// room, 4 bytes an event, else in `scratch`) and radix-selected there: first on the 32 score bits, then,
+// only where more events share the B-th score than the budget takes, on the tie ranks of those events
+// (until v44 every pass read 48-bit keys from global memory, one round trip per key and pass: ~0.1 ms at
+// 128K). Without floor or cap (Marked = false) the unit scores are summed here from the heads' (no score
+// kernel before it for update_norm, whose head scores the pre-pass writes: one kernel fewer on the
+// selection's critical path, v36). With them (Marked) they are the score kernel's, and mark_unit_ranks_kernel
+// has marked the floor (1) and the cap (2): the B − units min(floor, N) largest of the unmarked events are
 // kept, the rest stay as they are (the CPU's walk over the events in score order, taking those not yet
 // marked until the budget is spent).
+// Room for the scores' bits beside the histogram and the select's static 8.4 KB: 45 056 events a sequence
+// (2 816 chunks of 16 units: T = 180 224 with the default's pairs of heads), else they stay in global memory.
+constexpr size_t kSelectSharedBytes = 176 * 1024;
 template <bool Marked>
 __global__ void __launch_bounds__(1024)
     select_budget_kernel(const int32_t* chunk_offset, int HV, int units, int tie_bits, double rho,
-                         int64_t floor_each, const float* head_score, uint64_t* keys, uint8_t* unit_mask) {
+                         int64_t floor_each, const float* head_score, const float* unit_score, bool in_shared,
+                         uint32_t* scratch, uint8_t* unit_mask) {
+  extern __shared__ int hist[];  // kHistBytes, then the scores' bits where `in_shared`
   wait_for_previous_grid();
   let_next_grid_start();
   const int64_t s = blockIdx.x;
@@ -691,16 +752,58 @@ __global__ void __launch_bounds__(1024)
   const int64_t items = n * units,
                 budget = budget_of(rho, items) - (Marked ? min_i64(floor_each, n) * units : 0);
   if (budget <= 0) return;
-  if constexpr (!Marked) {
-    const int per_unit = HV / units;
-    write_keys([&](int u, int64_t c) { return unit_score_of(head_score, base, n, per_unit, u, c); }, base, n,
-               units, tie_bits, keys);
-  }
+  uint32_t* bits = in_shared ? reinterpret_cast<uint32_t*>(hist + 32 * kHistStride) : scratch + base;
   uint8_t* mask = unit_mask + base;
-  auto unmarked = [&](int64_t e) { return !Marked || mask[e] == 0; };
-  const uint64_t threshold = kth_largest_key(keys + base, items, budget, 32 + tie_bits, unmarked);
-  for (int64_t e = threadIdx.x; e < items; e += blockDim.x)
-    if (keys[base + e] >= threshold && unmarked(e)) mask[e] = 1;
+  // Event e = u n + c of the [units, n] block; 32-bit indices (check_problem: n units < 2^31). The fill sums
+  // a unit's head scores as unit_score_of does, eight events per thread at a time, each head's score of them
+  // together (one round trip per head and eight events, where a loop per event waited on each load until
+  // v44). An event that the floor or the cap marked gets the bits 0, below every score's (no score is NaN),
+  // so that the select passes over it without reading the marks again.
+  const int32_t n32 = int32_t(n), items32 = int32_t(items), per_unit = HV / units;
+  constexpr int kFill = 8;
+  for (int32_t e0 = threadIdx.x; e0 < items32; e0 += kFill * int32_t(blockDim.x)) {
+    double sum[kFill] = {};
+    int32_t at[kFill];  // (u per_unit) n + c: the event's first head's score
+    bool open[kFill];   // in range and not marked
+#pragma unroll
+    for (int j = 0; j < kFill; ++j) {
+      const int32_t e = e0 + j * int32_t(blockDim.x), u = e / n32;
+      at[j] = (u * per_unit) * n32 + (e - u * n32);
+      open[j] = e < items32 && (!Marked || mask[e] == 0);
+    }
+    for (int h = 0; h < (Marked ? 1 : per_unit); ++h) {
+      float x[kFill];
+#pragma unroll
+      for (int j = 0; j < kFill; ++j)
+        x[j] = !open[j] ? 0.f
+               : Marked ? unit_score[base + e0 + j * int32_t(blockDim.x)]
+                        : head_score[base + at[j] + h * n32];
+#pragma unroll
+      for (int j = 0; j < kFill; ++j) sum[j] += double(x[j]);
+    }
+#pragma unroll
+    for (int j = 0; j < kFill; ++j)
+      if (const int32_t e = e0 + j * int32_t(blockDim.x); e < items32)
+        bits[e] = open[j] ? score_bits(float(sum[j])) : 0u;
+  }
+  __syncthreads();
+  auto any = [](int64_t) { return true; };
+  const KthKey top = kth_largest_key(
+      hist, [&](int64_t e) { return uint64_t(bits[e]); }, items, budget, any);
+  const uint32_t at = uint32_t(top.key);
+  auto rank = [&](int64_t e) {
+    const int32_t u = int32_t(e) / n32;
+    return tie_rank(e - int64_t(u) * n, units, u, tie_bits);
+  };
+  // Where the B-th score is shared by more events than the budget takes: the earliest of them.
+  const uint64_t rank_from =
+      top.exact || at == 0
+          ? 0
+          : kth_largest_key(hist, rank, items, top.still, [&](int64_t e) { return bits[e] == at; }).key;
+  for (int64_t e = threadIdx.x; e < items; e += blockDim.x) {
+    const uint32_t b = bits[e];
+    if (b != 0 && (b > at || (b == at && (top.exact || rank(e) >= rank_from)))) mask[e] = 1;
+  }
 }
 
 // `stride`: chunk ⌊(2i+1)N/(2k)⌋ of each unit, i < k = round(ρN).
@@ -4032,8 +4135,8 @@ std::string forward(const Problem& p, const DeviceTensors& t, void* workspace, s
     case SelectorKind::topk:
       err =
           launch_kernel("mark_unit_ranks_kernel", mark_unit_ranks_kernel, dim3(unsigned(S), unsigned(units)),
-                        1024, 0, stream, true, ws.chunk_offset, HV, units, tie_bits, RankBound{p.rho, -1},
-                        RankBound{1, -1}, ws.unit_score, ws.keys, ws.unit_mask);
+                        1024, kHistBytes, stream, true, ws.chunk_offset, HV, units, tie_bits,
+                        RankBound{p.rho, -1}, RankBound{1, -1}, ws.unit_score, ws.keys, ws.unit_mask);
       if (!err.empty()) return err;
       break;
     case SelectorKind::head_budget:
@@ -4041,17 +4144,25 @@ std::string forward(const Problem& p, const DeviceTensors& t, void* workspace, s
       // select over the events left.
       if (!plain_budget) {
         err = launch_kernel("mark_unit_ranks_kernel", mark_unit_ranks_kernel,
-                            dim3(unsigned(S), unsigned(units)), 1024, 0, stream, true, ws.chunk_offset, HV,
-                            units, tie_bits, RankBound{0, p.min_per_head}, RankBound{p.max_fraction, -1},
-                            ws.unit_score, ws.keys, ws.unit_mask);
+                            dim3(unsigned(S), unsigned(units)), 1024, kHistBytes, stream, true,
+                            ws.chunk_offset, HV, units, tie_bits, RankBound{0, p.min_per_head},
+                            RankBound{p.max_fraction, -1}, ws.unit_score, ws.keys, ws.unit_mask);
         if (!err.empty()) return err;
       }
-      err = launch_kernel("select_budget_kernel",
-                          plain_budget ? select_budget_kernel<false> : select_budget_kernel<true>,
-                          dim3(unsigned(S)), 1024, 0, stream, true, ws.chunk_offset, HV, units, tie_bits,
-                          p.rho, int64_t(p.min_per_head), head_score, ws.keys, ws.unit_mask);
-      if (!err.empty()) return err;
-      break;
+      {
+        // The longest sequence's unit scores in shared memory (4 bytes an event) where they fit, else in the
+        // keys' workspace (SGDN_CUDA_SELECT_GLOBAL=1 forces that, for the tests).
+        const size_t bits_bytes = size_t(p.max_chunks()) * size_t(units) * 4;
+        const bool in_shared =
+            bits_bytes <= kSelectSharedBytes && measuring_switch("SGDN_CUDA_SELECT_GLOBAL") != 1;
+        err = launch_kernel("select_budget_kernel",
+                            plain_budget ? select_budget_kernel<false> : select_budget_kernel<true>,
+                            dim3(unsigned(S)), 1024, kHistBytes + (in_shared ? bits_bytes : 0), stream, true,
+                            ws.chunk_offset, HV, units, tie_bits, p.rho, int64_t(p.min_per_head), head_score,
+                            ws.unit_score, in_shared, reinterpret_cast<uint32_t*>(ws.keys), ws.unit_mask);
+        if (!err.empty()) return err;
+        break;
+      }
     case SelectorKind::threshold:
       mark_threshold_kernel<<<unsigned(S), 1024, 0, stream>>>(ws.chunk_offset, HV, units, p.tau,
                                                               ws.unit_score, ws.unit_mask);

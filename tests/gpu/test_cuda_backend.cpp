@@ -110,6 +110,29 @@ struct Case {
   int64_t group;
 };
 
+// An environment variable set for one scope and given back its earlier value (or unset) when the scope ends,
+// also when a check throws: a failing case cannot leave later cases running another code path, and a switch
+// set for the whole test run (SGDN_CUDA_REC_WARPS=4 ./sgdn_gpu_tests) holds again after the scope.
+class ScopedEnv {
+ public:
+  ScopedEnv(const char* name, const char* value) : name_(name) {
+    if (const char* before = std::getenv(name)) before_ = before;
+    REQUIRE(setenv(name, value, 1) == 0);
+  }
+  ~ScopedEnv() {
+    if (before_)
+      setenv(name_, before_->c_str(), 1);
+    else
+      unsetenv(name_);
+  }
+  ScopedEnv(const ScopedEnv&) = delete;
+  ScopedEnv& operator=(const ScopedEnv&) = delete;
+
+ private:
+  const char* name_;
+  std::optional<std::string> before_;
+};
+
 std::vector<Case> dense_cases() {
   return {
       {make_shape(1, 200, 2, 2, 64, 64), false, 1},    // r = 1, ragged last chunk (200 = 3*64 + 8)
@@ -260,22 +283,28 @@ TEST_CASE("CUDA sparse engine matches the CPU engine: masks, budgets, outputs, s
   }
 
   // Exact ties: v = 0 from chunk 6 on gives those events the score 0 in every head; budgets that end inside
-  // the tied events must keep the earlier chunks, as the CPU does.
+  // the tied events must keep the earlier chunks, as the CPU does. head_budget's scores in shared memory and
+  // (SGDN_CUDA_SELECT_GLOBAL=1) in the workspace, without and with a floor (the events it marks passed over).
   Inputs<float> tied = in;
   const int64_t row = shape.v_heads * shape.value_dim;  // v is [B, T, HV, V]
   for (int64_t b = 0; b < shape.batch; ++b)
     for (int64_t i = (b * shape.tokens + 64 * 6) * row; i < (b + 1) * shape.tokens * row; ++i)
       tied.v[i] = 0.f;
-  for (const std::string rho : {"0.5", "0.7", "0.93"})
-    for (Granularity gran : {Granularity::pair, Granularity::head}) {
-      const Strategies s =
-          make_strategies("exact", {}, "update_norm", "head_budget", {{"rho", rho}}, 64, 1, gran);
-      const EngineResult<float> cpu = run_cpu(tied, s.config);
-      const EngineResult<float> gpu = run_cuda(tied, s.config, CudaRunOptions{});
-      INFO("ties, head_budget rho " << rho << " " << granularity_name(gran));
-      CHECK(gpu.event_mask.values() == cpu.event_mask.values());
-      CHECK(gpu.budget.values() == cpu.budget.values());
-    }
+  for (const char* global : {"", "1"}) {
+    const ScopedEnv where("SGDN_CUDA_SELECT_GLOBAL", global);
+    for (const std::string rho : {"0.5", "0.7", "0.93"})
+      for (const std::string floor : {"0", "2"})
+        for (Granularity gran : {Granularity::pair, Granularity::head}) {
+          const Strategies s = make_strategies("exact", {}, "update_norm", "head_budget",
+                                               {{"rho", rho}, {"min_per_head", floor}}, 64, 1, gran);
+          const EngineResult<float> cpu = run_cpu(tied, s.config);
+          const EngineResult<float> gpu = run_cuda(tied, s.config, CudaRunOptions{});
+          INFO("ties, head_budget rho " << rho << " floor " << floor << " " << granularity_name(gran)
+                                        << (*global ? ", SGDN_CUDA_SELECT_GLOBAL=1" : ""));
+          CHECK(gpu.event_mask.values() == cpu.event_mask.values());
+          CHECK(gpu.budget.values() == cpu.budget.values());
+        }
+  }
 }
 
 namespace {
@@ -591,31 +620,6 @@ TEST_CASE("CUDA packed variable-length batch matches per-sequence references", "
   const double err = check_varlen(out16);
   std::printf("varlen dense bf16 in / bf16 out: worst rel err %.3e\n", err);
 }
-
-namespace {
-// An environment variable set for one scope and given back its earlier value (or unset) when the scope ends,
-// also when a check throws: a failing case cannot leave later cases running another code path, and a switch
-// set for the whole test run (SGDN_CUDA_REC_WARPS=4 ./sgdn_gpu_tests) holds again after the scope.
-class ScopedEnv {
- public:
-  ScopedEnv(const char* name, const char* value) : name_(name) {
-    if (const char* before = std::getenv(name)) before_ = before;
-    REQUIRE(setenv(name, value, 1) == 0);
-  }
-  ~ScopedEnv() {
-    if (before_)
-      setenv(name_, before_->c_str(), 1);
-    else
-      unsetenv(name_);
-  }
-  ScopedEnv(const ScopedEnv&) = delete;
-  ScopedEnv& operator=(const ScopedEnv&) = delete;
-
- private:
-  const char* name_;
-  std::optional<std::string> before_;
-};
-}  // namespace
 
 // The tensor-core path (bf16 inputs, K = V = 128, C = 64): bf16 operands with fp32 accumulation, bf16 U/W.
 // Bound: SPEC §12's bf16 parity, 1e-2 relative against the float64 recurrence.
