@@ -574,8 +574,9 @@ __device__ __forceinline__ uint64_t score_key(float score, int64_t c, int units,
 
 // The radix select's histogram: one copy of the 256 digit counts per lane (row stride 257 words: lane l's
 // count of digit d is in bank (l + d) mod 32), so that the lanes of a warp whose keys share a digit add to
-// different words and banks (the top digits of alike scores are few: with one copy a warp's atomics to one
-// digit went one at a time). In shared memory given by the caller.
+// different words and banks. In shared memory given by the caller. (Measured alone at 128K under ncu, v44: no
+// faster than one 256-word histogram with plain atomics once the leading shared bits are skipped, 48.6
+// against 46.1-46.3 µs; the simpler form is the one to return to when the select is next measured.)
 constexpr int kHistStride = 257;
 constexpr size_t kHistBytes = sizeof(int) * 32 * kHistStride;
 // A radix select's result: the eligible keys at or above `key` are the k largest, unless `exact` is false:
