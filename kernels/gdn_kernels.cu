@@ -572,13 +572,6 @@ __device__ __forceinline__ uint64_t score_key(float score, int64_t c, int units,
   return (uint64_t(score_bits(score)) << tie_bits) | tie_rank(c, units, u, tie_bits);
 }
 
-// The radix select's histogram: one copy of the 256 digit counts per lane (row stride 257 words: lane l's
-// count of digit d is in bank (l + d) mod 32), so that the lanes of a warp whose keys share a digit add to
-// different words and banks. In shared memory given by the caller. (Measured alone at 128K under ncu, v44: no
-// faster than one 256-word histogram with plain atomics once the leading shared bits are skipped, 48.6
-// against 46.1-46.3 µs; the simpler form is the one to return to when the select is next measured.)
-constexpr int kHistStride = 257;
-constexpr size_t kHistBytes = sizeof(int) * 32 * kHistStride;
 // A radix select's result: the eligible keys at or above `key` are the k largest, unless `exact` is false:
 // then `key` is a whole key that more eligible keys equal than the `still` of them that the k largest take.
 struct KthKey {
@@ -588,21 +581,25 @@ struct KthKey {
 };
 
 // The k-th largest of key_of(e), e in [0, items), among those whose index is `eligible`, for a block of
-// 1024 threads (every thread calls it; `hist`: kHistBytes of shared memory), by a radix select: one pass for
+// 1024 threads (every thread calls it), by a radix select: one pass for
 // the eligible keys' count and the leading bits they all share (alike scores share their top bits), then 8
 // bits at a time below those (a histogram of the eligible keys that match the digits found so far, then the
 // digit where the count from the top reaches k), instead of a sort. It stops at the digit where every key
 // that matches is taken (key: those digits, zeros below). Key 0 (at or below every key) when k reaches the
 // number of eligible keys; k >= 1. Every thread gets the result. The keys are read four per thread at a time
-// (keys in global memory: one round trip per four).
+// (keys in global memory: one round trip per four). One 256-word histogram with plain shared-memory atomics:
+// a copy per lane (so that the lanes of a warp whose keys share a digit add to different words) measured no
+// faster once the shared leading bits are skipped (v44, 128K under ncu: 48.6 against 46.1-46.3 µs), and
+// warp-aggregated adds (match_any) slower (64.5).
 template <class KeyOf, class Eligible>
-__device__ KthKey kth_largest_key(int* hist, KeyOf key_of, int64_t items, int64_t k, Eligible eligible) {
+__device__ KthKey kth_largest_key(KeyOf key_of, int64_t items, int64_t k, Eligible eligible) {
   using BlockScan = cub::BlockScan<int, 1024>;
   using BlockReduce = cub::BlockReduce<uint64_t, 1024>;
   __shared__ union {
     typename BlockScan::TempStorage scan;
     typename BlockReduce::TempStorage reduce;
   } temp;
+  __shared__ int hist[256];
   __shared__ uint64_t prefix;
   __shared__ int hi;            // the bits from `hi` up are found
   __shared__ int64_t still;     // how many of the largest keys below `prefix`'s digits are still to pass
@@ -610,7 +607,6 @@ __device__ KthKey kth_largest_key(int* hist, KeyOf key_of, int64_t items, int64_
   __shared__ bool every;        // k reaches the number of eligible keys
   __shared__ bool done;         // every key with `prefix`'s digits passes
   constexpr int kBatch = 4;
-  const int lane = threadIdx.x & 31;  // its copy of the histogram
   // Each pass visits the keys four per thread at a time.
   auto for_each_key = [&](auto visit) {
     for (int64_t e0 = threadIdx.x; e0 < items; e0 += kBatch * blockDim.x) {
@@ -653,20 +649,17 @@ __device__ KthKey kth_largest_key(int* hist, KeyOf key_of, int64_t items, int64_
   auto above = [](uint64_t key, int bits) { return bits >= 64 ? uint64_t(0) : key >> bits; };
   for (int top = hi; top > 0 && !done; top -= 8) {
     const int shift = top > 8 ? top - 8 : 0;
-    for (int i = threadIdx.x; i < 32 * kHistStride; i += blockDim.x) hist[i] = 0;
+    if (threadIdx.x < 256) hist[threadIdx.x] = 0;
     __syncthreads();
     const uint64_t high = above(prefix, top);  // the digits found so far
-    int* const own_copy = hist + lane * kHistStride;
     for_each_key([&](bool counted, uint64_t key) {
       // (bits of the digit above `top` are high's)
-      if (counted && above(key, top) == high) atomicAdd(&own_copy[unsigned(key >> shift) & 255u], 1);
+      if (counted && above(key, top) == high) atomicAdd(&hist[unsigned(key >> shift) & 255u], 1);
     });
     __syncthreads();
-    // Thread t holds the count of digit 255 - t (its lanes' copies summed); the inclusive sum is the count of
-    // keys with that digit or a larger one. The selected digit is where it first reaches `still`.
-    int own = 0;
-    if (threadIdx.x < 256)
-      for (int l = 0; l < 32; ++l) own += hist[l * kHistStride + 255 - threadIdx.x];
+    // Thread t holds the count of digit 255 - t; the inclusive sum is the count of keys with that digit or a
+    // larger one. The selected digit is where it first reaches `still`.
+    const int own = threadIdx.x < 256 ? hist[255 - threadIdx.x] : 0;
     int upto = 0;
     BlockScan(temp.scan).InclusiveSum(own, upto);
     const int64_t need = still;
@@ -711,10 +704,8 @@ __global__ void __launch_bounds__(1024)
   const int64_t kept = keep.of(n), allowed = cap.of(n);
   auto any = [](int64_t) { return true; };
   auto key_of = [&](int64_t c) { return unit_keys[c]; };
-  extern __shared__ int hist[];  // kHistBytes
-  const uint64_t keep_from = kept > 0 ? kth_largest_key(hist, key_of, n, kept, any).key : 0;
-  const uint64_t cap_from =
-      allowed > 0 && allowed < n ? kth_largest_key(hist, key_of, n, allowed, any).key : 0;
+  const uint64_t keep_from = kept > 0 ? kth_largest_key(key_of, n, kept, any).key : 0;
+  const uint64_t cap_from = allowed > 0 && allowed < n ? kth_largest_key(key_of, n, allowed, any).key : 0;
   for (int64_t c = threadIdx.x; c < n; c += blockDim.x) {
     const uint64_t key = unit_keys[c];
     if (kept > 0 && key >= keep_from)
@@ -736,15 +727,21 @@ __global__ void __launch_bounds__(1024)
 // has marked the floor (1) and the cap (2): the B − units min(floor, N) largest of the unmarked events are
 // kept, the rest stay as they are (the CPU's walk over the events in score order, taking those not yet
 // marked until the budget is spent).
-// Room for the scores' bits beside the histogram and the select's static 8.4 KB: 45 056 events a sequence
-// (2 816 chunks of 16 units: T = 180 224 with the default's pairs of heads), else they stay in global memory.
-constexpr size_t kSelectSharedBytes = 176 * 1024;
+// Room for the scores' bits beside the select's static shared memory (~9 KB): 53 248 events a sequence
+// (3 328 chunks of 16 units: T = 212 992 with the default's pairs of heads), else they stay in global memory.
+constexpr size_t kSelectSharedBytes = 208 * 1024;
 template <bool Marked>
 __global__ void __launch_bounds__(1024)
     select_budget_kernel(const int32_t* chunk_offset, int HV, int units, int tie_bits, double rho,
                          int64_t floor_each, const float* head_score, const float* unit_score, bool in_shared,
                          uint32_t* scratch, uint8_t* unit_mask) {
-  extern __shared__ int hist[];  // kHistBytes, then the scores' bits where `in_shared`
+  extern __shared__ uint32_t shared_bits[];  // the scores' bits where `in_shared`
+#ifdef SGDN_TRACE_SELECT  // phase times of the select (clock cycles, printed by thread 0): a measuring aid
+  long long stamp[5] = {};
+#define SGDN_SELECT_STAMP(i) stamp[i] = clock64()
+#else
+#define SGDN_SELECT_STAMP(i)
+#endif
   wait_for_previous_grid();
   let_next_grid_start();
   const int64_t s = blockIdx.x;
@@ -753,7 +750,8 @@ __global__ void __launch_bounds__(1024)
   const int64_t items = n * units,
                 budget = budget_of(rho, items) - (Marked ? min_i64(floor_each, n) * units : 0);
   if (budget <= 0) return;
-  uint32_t* bits = in_shared ? reinterpret_cast<uint32_t*>(hist + 32 * kHistStride) : scratch + base;
+  SGDN_SELECT_STAMP(0);
+  uint32_t* bits = in_shared ? shared_bits : scratch + base;
   uint8_t* mask = unit_mask + base;
   // Event e = u n + c of the [units, n] block; 32-bit indices (check_problem: n units < 2^31). The fill sums
   // a unit's head scores as unit_score_of does, eight events per thread at a time, each head's score of them
@@ -788,9 +786,10 @@ __global__ void __launch_bounds__(1024)
         bits[e] = open[j] ? score_bits(float(sum[j])) : 0u;
   }
   __syncthreads();
+  SGDN_SELECT_STAMP(1);
   auto any = [](int64_t) { return true; };
-  const KthKey top = kth_largest_key(
-      hist, [&](int64_t e) { return uint64_t(bits[e]); }, items, budget, any);
+  const KthKey top = kth_largest_key([&](int64_t e) { return uint64_t(bits[e]); }, items, budget, any);
+  SGDN_SELECT_STAMP(2);
   const uint32_t at = uint32_t(top.key);
   auto rank = [&](int64_t e) {
     const int32_t u = int32_t(e) / n32;
@@ -800,11 +799,20 @@ __global__ void __launch_bounds__(1024)
   const uint64_t rank_from =
       top.exact || at == 0
           ? 0
-          : kth_largest_key(hist, rank, items, top.still, [&](int64_t e) { return bits[e] == at; }).key;
+          : kth_largest_key(rank, items, top.still, [&](int64_t e) { return bits[e] == at; }).key;
+  SGDN_SELECT_STAMP(3);
   for (int64_t e = threadIdx.x; e < items; e += blockDim.x) {
     const uint32_t b = bits[e];
     if (b != 0 && (b > at || (b == at && (top.exact || rank(e) >= rank_from)))) mask[e] = 1;
   }
+#ifdef SGDN_TRACE_SELECT
+  __syncthreads();
+  SGDN_SELECT_STAMP(4);
+  if (threadIdx.x == 0)
+    printf("SELECT s %lld items %lld: fill %lld, select %lld, ties %lld, marks %lld cycles (exact %d)\n",
+           (long long)s, (long long)items, stamp[1] - stamp[0], stamp[2] - stamp[1], stamp[3] - stamp[2],
+           stamp[4] - stamp[3], int(top.exact));
+#endif
 }
 
 // `stride`: chunk ⌊(2i+1)N/(2k)⌋ of each unit, i < k = round(ρN).
@@ -924,24 +932,40 @@ __global__ void __launch_bounds__(kThreads) expand_mask_kernel(ExpandMaskArgs a)
     typename BlockScan::TempStorage scan;
     typename BlockReduce::TempStorage reduce;
   } temp;
+  // Tiles of kThreads x kSpan chunks, thread t's kSpan consecutive ones read at once (one round trip a tile:
+  // at 128K one tile, where a tile of one chunk a thread took eight round trips and eight block scans).
+  constexpr int kSpan = 8;
+  const float* decay = a.chunk_decay + base + hv * n;
   GroupStart before{0, 0.f, false};  // the chunks of the tiles done
   int kept = 0;
-  for (int64_t c0 = 0; c0 < n; c0 += kThreads) {
-    const int64_t c = c0 + threadIdx.x;
-    const bool keep = c < n && (!from || from[c] == 1);  // 2: blocked by a cap
-    if (c < n) {
-      to[c] = keep;
-      if (a.zero_score) a.zero_score[base + hv * n + c] = 0.f;
+  for (int64_t c0 = 0; c0 < n; c0 += int64_t(kThreads) * kSpan) {
+    const int64_t first = c0 + int64_t(threadIdx.x) * kSpan;
+    GroupStart chunk[kSpan];
+#pragma unroll
+    for (int j = 0; j < kSpan; ++j) {
+      const int64_t c = first + j;
+      const bool keep = c < n && (!from || from[c] == 1);  // 2: blocked by a cap
+      chunk[j] = {keep, keep || c >= n ? 0.f : decay[c], keep};
+      kept += keep;
     }
-    kept += keep;
-    const GroupStart mine{keep, keep || c >= n ? 0.f : a.chunk_decay[base + hv * n + c], keep};
+    GroupStart mine{0, 0.f, false};
+#pragma unroll
+    for (int j = 0; j < kSpan; ++j) mine = GroupStartScan()(mine, chunk[j]);
     GroupStart prefix, total;
     BlockScan(temp.scan).ExclusiveScan(mine, prefix, GroupStart{0, 0.f, false}, GroupStartScan(), total);
     prefix = GroupStartScan()(before, prefix);
-    if (c < n && c % a.G == 0) {
-      const int64_t gid = group0 + c / a.G;
-      a.group_slot[gid * a.HV + hv] = prefix.events;
-      a.group_log_decay[gid * a.HV + hv] = prefix.log_decay;
+#pragma unroll
+    for (int j = 0; j < kSpan; ++j) {
+      const int64_t c = first + j;
+      if (c >= n) break;
+      to[c] = chunk[j].event;
+      if (a.zero_score) a.zero_score[base + hv * n + c] = 0.f;
+      if (c % a.G == 0) {
+        const int64_t gid = group0 + c / a.G;
+        a.group_slot[gid * a.HV + hv] = prefix.events;
+        a.group_log_decay[gid * a.HV + hv] = prefix.log_decay;
+      }
+      prefix = GroupStartScan()(prefix, chunk[j]);
     }
     before = GroupStartScan()(before, total);
     __syncthreads();  // the scan's storage is free again
@@ -1611,8 +1635,9 @@ __device__ __forceinline__ void mma_16x16_tf32(float (&acc)[2][4], const float* 
 struct PrepSmem {
   bf16 k[kC * kD];       // K (sw128)
   float lm[kC * kLdL];   // L (its zero blocks above the diagonal: the solve's Y tiles); then V (sw128 bf16)
-  float tm[kC * kLdTm];  // T; then W and U (sw128 bf16) on their way out, U also for the statistic
+  float tm[kC * kLdTm];  // T; then U (sw128 bf16) on its way out and for the statistic
   float gam[kC];
+  float f[kC];   // e^{Γ−γ}, 0 past the chunk's end (the statistic's weights)
   float eg[kC];  // e^γ
   float bet[kC];
   float red[4];
@@ -1666,7 +1691,6 @@ __device__ __forceinline__ void wy_product(bf16* out, const uint32_t (&f)[4][4],
     store_acc_sw128(out, acc, half * 64);
   }
 }
-// D (64 x 64) = X Yᵀ over k = 128 for sw128 tiles X, Y (K Kᵀ, U Uᵀ): four steps in each 64-column half.
 // d (64 x 64) = X Yᵀ over k = 128 for sw128 tiles X, Y (Q Kᵀ): four steps in each 64-column half. Issued, not
 // committed.
 __device__ __forceinline__ void times_abt(float (&d)[32], const bf16* x, const bf16* y) {
@@ -1675,7 +1699,7 @@ __device__ __forceinline__ void times_abt(float (&d)[32], const bf16* x, const b
     wgmma_m64n64k16_ss(d, sw128_desc(x + (ks >> 2) * (kC * 64)) + (ks & 3) * kSwKMajorStep,
                        sw128_desc(y + (ks >> 2) * (kC * 64)) + (ks & 3) * kSwKMajorStep, ks);
 }
-// The same committed and waited for (K Kᵀ, U Uᵀ).
+// D (64 x 64) = X Yᵀ committed and waited for (K Kᵀ, U Uᵀ).
 __device__ __forceinline__ void abt_product(float (&acc)[32], const bf16* x, const bf16* y) {
   wgmma_fence();
   times_abt(acc, x, y);
@@ -1724,6 +1748,14 @@ __global__ void __launch_bounds__(kPrepThreads, 4)
     const float before = x - g0 - g1;
     sm.gam[i0] = before + g0;
     sm.gam[i1] = x;
+    if constexpr (Stat) {  // f = e^{Γ−γ} with Γ = γ of the chunk's last token
+      const int last = len - 1;
+      const float even = __shfl_sync(0xffffffffu, before + g0, last >> 1),
+                  odd = __shfl_sync(0xffffffffu, x, last >> 1);
+      const float big_gamma = last & 1 ? odd : even;
+      sm.f[i0] = i0 < len ? exp_ftz(big_gamma - (before + g0)) : 0.f;
+      sm.f[i1] = i1 < len ? exp_ftz(big_gamma - x) : 0.f;
+    }
   } else if (warp == 1) {
     for (int i = lane; i < kC; i += 32)
       sm.bet[i] = i < len ? __bfloat162float(bp[(t0 + i) * a.HV + hv]) : 0.f;
@@ -1732,7 +1764,8 @@ __global__ void __launch_bounds__(kPrepThreads, 4)
   fence_proxy_async();
   __syncthreads();
 
-  // L = strictly_lower(diag(β) K Kᵀ ⊙ D) with the band (K Kᵀ: warp w rows 16w.., all 64 columns).
+  // L = strictly_lower(diag(β) K Kᵀ ⊙ D) with the band (K Kᵀ: warp w rows 16w.., all 64 columns). For the
+  // statistic K Kᵀ stays in registers, weighted by f_i f_j, until U Uᵀ (until v45 it was recomputed there).
   float kk[32];
   abt_product(kk, sm.k, sm.k);
   {
@@ -1756,6 +1789,11 @@ __global__ void __launch_bounds__(kPrepThreads, 4)
         const float e1 = exp_ftz(j + 1 < i && j + 1 >= first[half] ? grow[half] - g1 : kOut);
         *reinterpret_cast<float2*>(&sm.lm[i * kLdL + j]) =
             make_float2(brow[half] * x0 * e0, brow[half] * x1 * e1);
+        if constexpr (Stat) {
+          const float fi = sm.f[i];
+          kk[4 * nt + 2 * half] = x0 * fi * sm.f[j];
+          kk[4 * nt + 2 * half + 1] = x1 * fi * sm.f[j + 1];
+        }
       }
     }
   }
@@ -1845,24 +1883,49 @@ __global__ void __launch_bounds__(kPrepThreads, 4)
   }
   __syncthreads();
   // L is read no more: V is copied into its region while W = bf16(T diag(β e^γ)) K runs (A from registers,
-  // built from T; K's tile read mn-major). W, then U, leave through T's region, each warp its own 16 rows.
+  // built from T; K's tile read mn-major). U leaves through T's region, each warp its own 16 rows; W too
+  // without the statistic. With it, W leaves through K's tile (each 64-column half of W where the half of K
+  // that its product read was) and U's fragments are built from T after W's product, before W's stores:
+  // beside the weighted K Kᵀ, W's and U's fragments built together spill (measured, v44). Without the
+  // statistic that order measured 3 % slower than this one (pre-pass under ncu at 32K, v45: 423-425 against
+  // 412-415 µs); with U's fragments after W's stores, sparse forwards 0.5-1 % slower than with them before.
   const int64_t slot = id * a.HV + hv;
   bf16* u_out = u_out_all + slot * kC * kD;
   bf16* w_out = w_out_all + slot * kC * kD;
   copy_rows_at<kPrepThreads, true>(vs, sw128, vp, int64_t(a.HV) * kD, len);
   cp_async_commit();
-  uint32_t fw[4][4], fu[4][4];
-  t_fragments(fw, sm, true);
-  t_fragments(fu, sm, false);
-  __syncthreads();  // every read of T is done
-  wy_product(us, fw, sm.k);
-  __syncwarp();
-  store_rows_sw128(w_out, us);
-  // U = bf16(T diag(β)) V once V is in place.
-  cp_async_wait_all();
-  fence_proxy_async();
-  __syncthreads();
-  wy_product(us, fu, vs);  // this warp's rows of W have left (their reads are before its product)
+  if constexpr (Stat) {
+    uint32_t fw[4][4];
+    t_fragments(fw, sm, true);
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+      float acc[32];
+      rs_product(acc, fw, sm.k, half * 64);
+      __syncthreads();  // every warp's product has read this half of K
+      store_acc_sw128(sm.k, acc, half * 64);
+    }
+    // U = bf16(T diag(β)) V once V is in place.
+    uint32_t fu[4][4];
+    t_fragments(fu, sm, false);
+    __syncwarp();
+    store_rows_sw128(w_out, sm.k);
+    cp_async_wait_all();
+    fence_proxy_async();
+    __syncthreads();  // V in place; every read of T is done
+    wy_product(us, fu, vs);
+  } else {
+    uint32_t fw[4][4], fu[4][4];
+    t_fragments(fw, sm, true);
+    t_fragments(fu, sm, false);
+    __syncthreads();  // every read of T is done
+    wy_product(us, fw, sm.k);
+    __syncwarp();
+    store_rows_sw128(w_out, us);
+    cp_async_wait_all();
+    fence_proxy_async();
+    __syncthreads();
+    wy_product(us, fu, vs);  // this warp's rows of W have left (their reads are before its product)
+  }
   __syncwarp();
   store_rows_sw128(u_out, us);
   for (int i = threadIdx.x; i < kC; i += blockDim.x) a.gamma[slot * kC + i] = i < len ? sm.gam[i] : 0.f;
@@ -1870,24 +1933,15 @@ __global__ void __launch_bounds__(kPrepThreads, 4)
   if (threadIdx.x == 0) a.chunk_decay[event_index(a.chunk_offset, s, a.HV, hv, c)] = big_gamma;
   if constexpr (Stat) {
     // ‖(e^{Γ−γ} ⊙ K)ᵀ U‖_F² = Σ_ij f_i f_j (K Kᵀ)_ij (U Uᵀ)_ij with f_i = e^{Γ−γ_i} (0 past the chunk's end):
-    // two 64 x 64 products (k = 128) instead of Mᵀ = Kᵀ U itself (128 x 128). β is read no more: its slots
-    // take f.
-    if (threadIdx.x < kC)
-      sm.bet[threadIdx.x] = threadIdx.x < len ? exp_ftz(big_gamma - sm.gam[threadIdx.x]) : 0.f;
+    // U Uᵀ (64 x 64, k = 128) against the weighted K Kᵀ kept from L's product, instead of Mᵀ = Kᵀ U itself
+    // (128 x 128).
     fence_proxy_async();
-    __syncthreads();  // U (bf16) complete in its tile, f in place
-    float kk[32], uu[32];
-    abt_product(kk, sm.k, sm.k);
+    __syncthreads();  // U (bf16) complete in its tile
+    float uu[32];
     abt_product(uu, us, us);
     float sum_sq = 0.f;
-    const int m0 = warp * 16;
-    const float f_row[2] = {sm.bet[m0 + gq], sm.bet[m0 + gq + 8]};  // f of this thread's two rows
-    for (int nt = 0; nt < 8; ++nt)
-      for (int c2 = 0; c2 < 2; ++c2) {
-        const float f_col = sm.bet[nt * 8 + tq * 2 + c2];
-        for (int half = 0; half < 2; ++half)
-          sum_sq += f_row[half] * f_col * kk[4 * nt + 2 * half + c2] * uu[4 * nt + 2 * half + c2];
-      }
+#pragma unroll
+    for (int i = 0; i < 32; ++i) sum_sq += kk[i] * uu[i];
     for (int off = 16; off > 0; off >>= 1) sum_sq += __shfl_xor_sync(0xffffffffu, sum_sq, off);
     if (lane == 0) sm.red[warp] = sum_sq;
     __syncthreads();
@@ -3778,25 +3832,23 @@ auto output_variant(bool out_bf16, bool v_in, bool runs) {
 // Chunks per output block of the tensor-core path with G = 1 and a sparse selector (the dense one with G = 1
 // reads v from the recurrence, one chunk per block): each block takes a run of chunks, each from its own
 // start state (G = 1 all the same), so that the chunks after a skipped one reuse the snapshot already in
-// shared memory and the block's start (its table entry, records and flags) is paid once per run. For a
-// packed batch (the outputs' work counts there) the longest run of 4 or 2 that still leaves at least 16
-// blocks per multiprocessor (8 waves of two), else 1: fewer, longer blocks end more unevenly. Measured with
-// the mma.sync output blocks (sparse-default, two calls each, ms, runs of 1 / 2 / 4): 16K 0.636 / 0.620 /
-// 0.630, 32K 1.230 / 1.200 / 1.194, 128K 4.84 / 4.69-4.72 / 4.63-4.64, 4 x 8K 1.126 / 1.090-1.102 / 1.074,
-// 2 x 16K 1.155 / 1.118-1.129 / 1.103-1.110. Since the warpgroup output blocks (v35), one sequence under a
-// selector whose busiest chain may hold every chunk (chain_bound 1: head_budget without a cap, threshold, the
-// others at rho 1) takes runs of 1: there that chain sets the time and the outputs of its last chunks are
-// what follows it, so shorter blocks end sooner after it (sparse-default, one call, 2026-12-01 03:27Z, runs
-// of 1 / 2 / 4 (2 at 16K, the default then): 16K 0.552 / 0.564 / 0.567 and 0.552, 32K 1.065 / 1.081 / 1.075
-// and 1.076, 64K 2.090 / 2.106 / 2.108 and 2.109, 128K 4.167 / 4.188 / 4.184 and 4.191; 4 x 8K 0.920 / 0.893
-// / 0.879, 2 x 16K 0.960 / 0.935 / 0.923). Bounded chains keep the runs, whose outputs are then what counts
+// shared memory and the block's start (its table entry, records and flags) is paid once per run. The
+// longest run of 4 or 2 that still leaves at least 16 blocks per multiprocessor (8 waves of two), else 1:
+// fewer, longer blocks end more unevenly. Measured with the mma.sync output blocks (sparse-default, two calls
+// each, ms, runs of 1 / 2 / 4): 16K 0.636 / 0.620 / 0.630, 32K 1.230 / 1.200 / 1.194, 128K 4.84 / 4.69-4.72
+// / 4.63-4.64, 4 x 8K 1.126 / 1.090-1.102 / 1.074, 2 x 16K 1.155 / 1.118-1.129 / 1.103-1.110. From v36 to v45
+// one sequence under a selector whose busiest chain may hold every chunk (head_budget without a cap,
+// threshold) took runs of 1, so that the outputs of the chain's last chunks followed it sooner
+// (sparse-default, 2026-12-01 03:27Z, runs of 1 / 2 / 4: 32K 1.065 / 1.081 / 1.075). Since the chain and the
+// pre-pass got shorter the outputs' work counts there too: runs of 1 / 2 / 4, sparse-default, 2026-12-01
+// 21:15Z-21:16Z, ms: 16K 0.510 / 0.500 / 0.502, 32K 0.983 / 0.954 / 0.947, 64K 1.939 / 1.879 / 1.868,
+// 128K 3.842 / 3.712 / 3.667 (this rule: 2 at 16K, 4 from 32K on). Bounded chains had kept the runs
 // (head_budget capped at 0.4, 03:51Z, runs of 1 / 4: 32K 1.168 / 1.118, 128K 4.290 / 4.096 ms).
 // SGDN_CUDA_OUT_RUN=1|2|4 forces it (a measuring aid).
 int output_run(const Problem& p, int multiprocessors) {
   if (!p.uses_tensor_cores() || p.group != 1 || p.selector == SelectorKind::dense) return 1;
   const int forced = measuring_switch("SGDN_CUDA_OUT_RUN");
   if (forced == 1 || forced == 2 || forced == 4) return forced;
-  if (p.num_seqs == 1 && chain_bound(p) >= 1) return 1;
   const int64_t blocks_of_one = p.max_chunks() * p.v_heads, enough = int64_t(16) * multiprocessors;
   return blocks_of_one >= 4 * enough ? 4 : blocks_of_one >= 2 * enough ? 2 : 1;
 }
@@ -4136,8 +4188,8 @@ std::string forward(const Problem& p, const DeviceTensors& t, void* workspace, s
     case SelectorKind::topk:
       err =
           launch_kernel("mark_unit_ranks_kernel", mark_unit_ranks_kernel, dim3(unsigned(S), unsigned(units)),
-                        1024, kHistBytes, stream, true, ws.chunk_offset, HV, units, tie_bits,
-                        RankBound{p.rho, -1}, RankBound{1, -1}, ws.unit_score, ws.keys, ws.unit_mask);
+                        1024, 0, stream, true, ws.chunk_offset, HV, units, tie_bits, RankBound{p.rho, -1},
+                        RankBound{1, -1}, ws.unit_score, ws.keys, ws.unit_mask);
       if (!err.empty()) return err;
       break;
     case SelectorKind::head_budget:
@@ -4145,9 +4197,9 @@ std::string forward(const Problem& p, const DeviceTensors& t, void* workspace, s
       // select over the events left.
       if (!plain_budget) {
         err = launch_kernel("mark_unit_ranks_kernel", mark_unit_ranks_kernel,
-                            dim3(unsigned(S), unsigned(units)), 1024, kHistBytes, stream, true,
-                            ws.chunk_offset, HV, units, tie_bits, RankBound{0, p.min_per_head},
-                            RankBound{p.max_fraction, -1}, ws.unit_score, ws.keys, ws.unit_mask);
+                            dim3(unsigned(S), unsigned(units)), 1024, 0, stream, true, ws.chunk_offset, HV,
+                            units, tie_bits, RankBound{0, p.min_per_head}, RankBound{p.max_fraction, -1},
+                            ws.unit_score, ws.keys, ws.unit_mask);
         if (!err.empty()) return err;
       }
       {
@@ -4158,7 +4210,7 @@ std::string forward(const Problem& p, const DeviceTensors& t, void* workspace, s
             bits_bytes <= kSelectSharedBytes && measuring_switch("SGDN_CUDA_SELECT_GLOBAL") != 1;
         err = launch_kernel("select_budget_kernel",
                             plain_budget ? select_budget_kernel<false> : select_budget_kernel<true>,
-                            dim3(unsigned(S)), 1024, kHistBytes + (in_shared ? bits_bytes : 0), stream, true,
+                            dim3(unsigned(S)), 1024, in_shared ? bits_bytes : 0, stream, true,
                             ws.chunk_offset, HV, units, tie_bits, p.rho, int64_t(p.min_per_head), head_score,
                             ws.unit_score, in_shared, reinterpret_cast<uint32_t*>(ws.keys), ws.unit_mask);
         if (!err.empty()) return err;
