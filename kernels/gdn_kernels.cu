@@ -581,16 +581,16 @@ struct KthKey {
 };
 
 // The k-th largest of key_of(e), e in [0, items), among those whose index is `eligible`, for a block of
-// 1024 threads (every thread calls it), by a radix select: one pass for
-// the eligible keys' count and the leading bits they all share (alike scores share their top bits), then 8
-// bits at a time below those (a histogram of the eligible keys that match the digits found so far, then the
-// digit where the count from the top reaches k), instead of a sort. It stops at the digit where every key
-// that matches is taken (key: those digits, zeros below). Key 0 (at or below every key) when k reaches the
-// number of eligible keys; k >= 1. Every thread gets the result. The keys are read four per thread at a time
-// (keys in global memory: one round trip per four). One 256-word histogram with plain shared-memory atomics:
-// a copy per lane (so that the lanes of a warp whose keys share a digit add to different words) measured no
-// faster once the shared leading bits are skipped (v44, 128K under ncu: 48.6 against 46.1-46.3 µs), and
-// warp-aggregated adds (match_any) slower (64.5).
+// 1024 threads (every thread calls it), by a radix select: one pass for the eligible keys' count and the
+// leading bits they all share (alike scores share their top bits), then 8 bits at a time below those (a
+// histogram of the eligible keys that match the digits found so far, then the digit where the count from the
+// top reaches k), instead of a sort. It stops at the digit where every key that matches is taken (key: those
+// digits, zeros below). Key 0 (at or below every key) when k reaches the number of eligible keys; k >= 1.
+// Every thread gets the result. The keys are read four per thread at a time (keys in global memory: one round
+// trip per four). One 256-word histogram with plain shared-memory atomics: a copy per lane (so that the lanes
+// of a warp whose keys share a digit add to different words) measured no faster once the shared leading bits
+// are skipped (v44, 128K under ncu: 48.6 against 46.1-46.3 µs), and warp-aggregated adds (match_any) slower
+// (64.5).
 template <class KeyOf, class Eligible>
 __device__ KthKey kth_largest_key(KeyOf key_of, int64_t items, int64_t k, Eligible eligible) {
   using BlockScan = cub::BlockScan<int, 1024>;
@@ -813,6 +813,7 @@ __global__ void __launch_bounds__(1024)
            (long long)s, (long long)items, stamp[1] - stamp[0], stamp[2] - stamp[1], stamp[3] - stamp[2],
            stamp[4] - stamp[3], int(top.exact));
 #endif
+#undef SGDN_SELECT_STAMP
 }
 
 // `stride`: chunk ⌊(2i+1)N/(2k)⌋ of each unit, i < k = round(ρN).
