@@ -1895,6 +1895,13 @@ __global__ void __launch_bounds__(kPrepThreads, 4)
   bf16* w_out = w_out_all + slot * kC * kD;
   copy_rows_at<kPrepThreads, true>(vs, sw128, vp, int64_t(a.HV) * kD, len);
   cp_async_commit();
+  // U = bf16(T diag(β)) V once V is in place (every read of T is done by then).
+  auto u_product = [&](const uint32_t(&fu)[4][4]) {
+    cp_async_wait_all();
+    fence_proxy_async();
+    __syncthreads();
+    wy_product(us, fu, vs);
+  };
   if constexpr (Stat) {
     uint32_t fw[4][4];
     t_fragments(fw, sm, true);
@@ -1905,15 +1912,11 @@ __global__ void __launch_bounds__(kPrepThreads, 4)
       __syncthreads();  // every warp's product has read this half of K
       store_acc_sw128(sm.k, acc, half * 64);
     }
-    // U = bf16(T diag(β)) V once V is in place.
     uint32_t fu[4][4];
     t_fragments(fu, sm, false);
     __syncwarp();
     store_rows_sw128(w_out, sm.k);
-    cp_async_wait_all();
-    fence_proxy_async();
-    __syncthreads();  // V in place; every read of T is done
-    wy_product(us, fu, vs);
+    u_product(fu);
   } else {
     uint32_t fw[4][4], fu[4][4];
     t_fragments(fw, sm, true);
@@ -1922,10 +1925,7 @@ __global__ void __launch_bounds__(kPrepThreads, 4)
     wy_product(us, fw, sm.k);
     __syncwarp();
     store_rows_sw128(w_out, us);
-    cp_async_wait_all();
-    fence_proxy_async();
-    __syncthreads();
-    wy_product(us, fu, vs);  // this warp's rows of W have left (their reads are before its product)
+    u_product(fu);  // this warp's rows of W have left (their reads are before its product)
   }
   __syncwarp();
   store_rows_sw128(u_out, us);
