@@ -352,6 +352,11 @@ __global__ void __launch_bounds__(kTableThreads) table_kernel(TableArgs a) {
 __device__ __forceinline__ int band_first(int i, int block, int band) {
   return band < 0 ? 0 : max(0, (i / block - band) * block);
 }
+// Whether the 16 x 16 block (I, M), M < I, of a 64-row L has a nonzero entry: the band's first column of its
+// first row is left of its end (the later rows' first columns are not left of it).
+__device__ __forceinline__ bool l_block_kept(int I, int M, int block, int band) {
+  return band_first(16 * I, block, band) < 16 * (M + 1);
+}
 
 struct PrepareArgs {
   const void* k;
@@ -1608,6 +1613,14 @@ __device__ __forceinline__ void store_rows_sw128(bf16* out, const bf16* tile) {
     *reinterpret_cast<uint4*>(out + i * kD + col) = *reinterpret_cast<const uint4*>(tile + sw128(i, col));
   }
 }
+// Rows len.. of a 64-row sw128 tile (two 64-column halves) set to zero: the tokens after a short chunk's
+// end, which a tensor copy brings (block-wide; a barrier before the tile is read).
+__device__ __forceinline__ void zero_rows_sw128(bf16* tile, int len) {
+  for (int e = threadIdx.x; e < (kC - len) * (kD / 8); e += blockDim.x) {
+    const int i = len + e / (kD / 8), col = (e % (kD / 8)) * 8;
+    *reinterpret_cast<uint4*>(tile + sw128(i, col)) = make_uint4(0u, 0u, 0u, 0u);
+  }
+}
 __device__ __forceinline__ uint32_t to_tf32(float x) {
   uint32_t r;
   asm("cvt.rna.tf32.f32 %0, %1;\n" : "=r"(r) : "f"(x));
@@ -1633,6 +1646,14 @@ __device__ __forceinline__ void mma_16x16_tf32(float (&acc)[2][4], const float* 
     }
   }
 }
+// The tensor maps of the pre-pass's and the recurrence's copies (kernel parameters): W and U as [slot
+// rows][128] (a slot's 64 rows, box 64 x 64 for W, which the pre-pass stores and the recurrence loads, and
+// for U's stores, `u_rows`; box 64 x VT for the recurrence's U), K and V as [token][head][128] (box 64 tokens
+// x 64 columns; rows past the end of the tensor arrive as zeros), and the snapshots as [slot x 128 rows][128]
+// (box 128 rows x VT, stored from Sb).
+struct RecTmaMaps {
+  CUtensorMap w, u, k, snap, u_rows, v;
+};
 struct PrepSmem {
   bf16 k[kC * kD];       // K (sw128)
   float lm[kC * kLdL];   // L (its zero blocks above the diagonal: the solve's Y tiles); then V (sw128 bf16)
@@ -1642,6 +1663,7 @@ struct PrepSmem {
   float eg[kC];  // e^γ
   float bet[kC];
   float red[4];
+  uint64_t bar[2];  // K's and V's tensor copies complete here
 };
 static_assert(sizeof(float) * kC * kLdL >= sizeof(bf16) * kC * kD, "V overlays L");
 static_assert(sizeof(float) * kC * kLdTm >= sizeof(bf16) * kC * kD, "U overlays T");
@@ -1683,14 +1705,21 @@ __device__ __forceinline__ void rs_product(float (&acc)[32], const uint32_t (&f)
   wgmma_wait_all(acc);
 }
 // D (64 x 128) = A B (k = 64) into `out` (sw128, this warp's rows), two products of 64 columns so that half
-// the accumulator registers are live.
-__device__ __forceinline__ void wy_product(bf16* out, const uint32_t (&f)[4][4], const bf16* b) {
+// the accumulator registers are live; `before_store` runs between each half's product and its store (a
+// barrier where `out` is B's tile, so that every warp's product has read that half first).
+template <class BeforeStore>
+__device__ __forceinline__ void wy_product(bf16* out, const uint32_t (&f)[4][4], const bf16* b,
+                                           BeforeStore before_store) {
 #pragma unroll
   for (int half = 0; half < 2; ++half) {
     float acc[32];
     rs_product(acc, f, b, half * 64);
+    before_store();
     store_acc_sw128(out, acc, half * 64);
   }
+}
+__device__ __forceinline__ void wy_product(bf16* out, const uint32_t (&f)[4][4], const bf16* b) {
+  wy_product(out, f, b, [] {});
 }
 // d (64 x 64) = X Yᵀ over k = 128 for sw128 tiles X, Y (Q Kᵀ): four steps in each 64-column half. Issued, not
 // committed.
@@ -1710,7 +1739,8 @@ __device__ __forceinline__ void abt_product(float (&acc)[32], const bf16* x, con
 
 template <bool Stat>
 __global__ void __launch_bounds__(kPrepThreads, 4)
-    prepare_tc_kernel(PrepareArgs a, bf16* u_out_all, bf16* w_out_all) {
+    prepare_tc_kernel(PrepareArgs a, bf16* u_out_all, bf16* w_out_all,
+                      const __grid_constant__ RecTmaMaps tma) {
   // The chunk table (and a dense run's selection) complete. No early start for the kernel after this one: a
   // 2-stage recurrence placed while the last pre-pass blocks run would put two blocks on some
   // multiprocessors (measured: dense 32K-128K 3-4 % slower), where one each leaves room for an output block.
@@ -1731,10 +1761,30 @@ __global__ void __launch_bounds__(kPrepThreads, 4)
   bf16* vs = reinterpret_cast<bf16*>(sm.lm);
   bf16* us = reinterpret_cast<bf16*>(sm.tm);
 
-  const bf16* kp = static_cast<const bf16*>(a.k) + (t0 * a.H + h) * kD;
-  const bf16* vp = static_cast<const bf16*>(a.v) + (t0 * a.HV + hv) * kD;
-  copy_rows_at<kPrepThreads, true>(sm.k, sw128, kp, int64_t(a.H) * kD, len);
-  cp_async_commit();
+  // K and V (later) by tensor copies, two 64-column boxes each, issued by thread 0.
+  constexpr uint32_t kTileBytes = kC * kD * sizeof(bf16);
+  auto load_tile = [&](bf16* tile, const CUtensorMap* map, int head, uint64_t* bar) {
+    if (threadIdx.x == 0) {
+      mbar_expect_bytes(bar, kTileBytes);
+      tma_load_3d(tile, map, 0, head, int(t0), bar);
+      tma_load_3d(tile + kC * 64, map, 64, head, int(t0), bar);
+    }
+  };
+  if (threadIdx.x == 0) {
+    mbar_init(&sm.bar[0], 1);
+    mbar_init(&sm.bar[1], 1);
+    mbar_init_fence();
+  }
+  load_tile(sm.k, &tma.k, h, &sm.bar[0]);
+  // A tile once its copy is complete (after a barrier that follows the mbarriers' initialisation), rows past
+  // a short chunk's end zeroed (then a barrier before products read it).
+  auto tile_arrived = [&](bf16* tile, uint64_t* bar) {
+    mbar_wait(bar, 0);
+    if (len < kC) {
+      zero_rows_sw128(tile, len);
+      fence_proxy_async();
+    }
+  };
   const bf16* bp = static_cast<const bf16*>(a.beta);
   if (warp == 0) {
     // γ: inclusive scan of g over the chunk, two tokens per lane.
@@ -1761,9 +1811,9 @@ __global__ void __launch_bounds__(kPrepThreads, 4)
     for (int i = lane; i < kC; i += 32)
       sm.bet[i] = i < len ? __bfloat162float(bp[(t0 + i) * a.HV + hv]) : 0.f;
   }
-  cp_async_wait_all();
-  fence_proxy_async();
-  __syncthreads();
+  __syncthreads();  // γ, β; the mbarriers initialised
+  tile_arrived(sm.k, &sm.bar[0]);
+  if (len < kC) __syncthreads();
 
   // L = strictly_lower(diag(β) K Kᵀ ⊙ D) with the band (K Kᵀ: warp w rows 16w.., all 64 columns). For the
   // statistic K Kᵀ stays in registers, weighted by f_i f_j, until U Uᵀ (until v45 it was recomputed there).
@@ -1781,15 +1831,21 @@ __global__ void __launch_bounds__(kPrepThreads, 4)
     }
     for (int nt = 0; nt < 8; ++nt) {
       const int j = nt * 8 + tq * 2;  // columns j, j + 1 in one 8-byte store (each half-warp's fill 32 banks)
+      // Only the 16 x 16 blocks of L that the solve reads are written (warp-uniform): the diagonal one and
+      // those left of it with an entry in the band (block_adjacent with band 1: 7 of the 16).
+      const int m = nt >> 1;
+      const bool read = m == warp || (m < warp && l_block_kept(warp, m, a.block, a.band));
       const float g0 = sm.gam[j], g1 = sm.gam[j + 1];
       for (int half = 0; half < 2; ++half) {
         const int i = row[half];
         const float x0 = kk[4 * nt + 2 * half], x1 = kk[4 * nt + 2 * half + 1];
         constexpr float kOut = -INFINITY;  // outside the band: a zero decay, no branch
-        const float e0 = exp_ftz(j < i && j >= first[half] ? grow[half] - g0 : kOut);
-        const float e1 = exp_ftz(j + 1 < i && j + 1 >= first[half] ? grow[half] - g1 : kOut);
-        *reinterpret_cast<float2*>(&sm.lm[i * kLdL + j]) =
-            make_float2(brow[half] * x0 * e0, brow[half] * x1 * e1);
+        if (read) {
+          const float e0 = exp_ftz(j < i && j >= first[half] ? grow[half] - g0 : kOut);
+          const float e1 = exp_ftz(j + 1 < i && j + 1 >= first[half] ? grow[half] - g1 : kOut);
+          *reinterpret_cast<float2*>(&sm.lm[i * kLdL + j]) =
+              make_float2(brow[half] * x0 * e0, brow[half] * x1 * e1);
+        }
         if constexpr (Stat) {
           const float fi = sm.f[i];
           kk[4 * nt + 2 * half] = x0 * fi * sm.f[j];
@@ -1839,7 +1895,7 @@ __global__ void __launch_bounds__(kPrepThreads, 4)
     auto lb = [&](int I, int M) { return sm.lm + I * 16 * kLdL + M * 16; };
     auto tb = [&](int I, int J) { return sm.tm + I * 16 * kLdTm + J * 16; };
     // Block (I, M) of L has a nonzero entry: the band's first column of its first row is left of its end.
-    auto kept = [&](int I, int M) { return band_first(16 * I, a.block, a.band) < 16 * (M + 1); };
+    auto kept = [&](int I, int M) { return l_block_kept(I, M, a.block, a.band); };
     auto y_tile = [&](int I, int J) { return lb(J, I); };  // Y_IJ (I = 2, 3; J = 0, 1) in L's block (J, I)
     auto y_kept = [&](int I, int J) { return kept(I, 1) || (J == 0 && kept(I, 0)); };  // Y_IJ may be nonzero
     auto store_tile = [&](float* dst, int ld, const float(&x)[2][4], float sign) {
@@ -1891,33 +1947,35 @@ __global__ void __launch_bounds__(kPrepThreads, 4)
   // statistic that order measured 3 % slower than this one (pre-pass under ncu at 32K, v45: 423-425 against
   // 412-415 µs); with U's fragments after W's stores, sparse forwards 0.5-1 % slower than with them before.
   const int64_t slot = id * a.HV + hv;
-  bf16* u_out = u_out_all + slot * kC * kD;
-  bf16* w_out = w_out_all + slot * kC * kD;
-  copy_rows_at<kPrepThreads, true>(vs, sw128, vp, int64_t(a.HV) * kD, len);
-  cp_async_commit();
-  // U = bf16(T diag(β)) V once V is in place (every read of T is done by then).
-  auto u_product = [&](const uint32_t(&fu)[4][4]) {
-    cp_async_wait_all();
+  load_tile(vs, &tma.v, hv, &sm.bar[1]);
+  // U = bf16(T diag(β)) V once V is in place (every read of T is done by then); `after_barrier` runs once
+  // the block's earlier shared-memory writes are visible to tensor copies.
+  auto u_product = [&](const uint32_t(&fu)[4][4], auto after_barrier) {
+    tile_arrived(vs, &sm.bar[1]);
     fence_proxy_async();
     __syncthreads();
+    after_barrier();
     wy_product(us, fu, vs);
+  };
+  // A 64-row tile (sw128, two 64-column halves) to its slot's rows in memory by two tensor copies (thread 0).
+  const int slot_row = int(slot * kC);
+  auto store_tile = [&](const CUtensorMap* map, const bf16* tile) {
+    if (threadIdx.x == 0) {
+      tma_store_2d(map, 0, slot_row, tile);
+      tma_store_2d(map, 64, slot_row, tile + kC * 64);
+      bulk_commit();
+    }
   };
   if constexpr (Stat) {
     uint32_t fw[4][4];
     t_fragments(fw, sm, true);
-#pragma unroll
-    for (int half = 0; half < 2; ++half) {
-      float acc[32];
-      rs_product(acc, fw, sm.k, half * 64);
-      __syncthreads();  // every warp's product has read this half of K
-      store_acc_sw128(sm.k, acc, half * 64);
-    }
+    wy_product(sm.k, fw, sm.k, [] { __syncthreads(); });  // W over K, each half once every warp has read it
     uint32_t fu[4][4];
     t_fragments(fu, sm, false);
-    __syncwarp();
-    store_rows_sw128(w_out, sm.k);
-    u_product(fu);
+    u_product(fu, [&] { store_tile(&tma.w, sm.k); });
   } else {
+    bf16* u_out = u_out_all + slot * kC * kD;
+    bf16* w_out = w_out_all + slot * kC * kD;
     uint32_t fw[4][4], fu[4][4];
     t_fragments(fw, sm, true);
     t_fragments(fu, sm, false);
@@ -1925,10 +1983,10 @@ __global__ void __launch_bounds__(kPrepThreads, 4)
     wy_product(us, fw, sm.k);
     __syncwarp();
     store_rows_sw128(w_out, us);
-    u_product(fu);  // this warp's rows of W have left (their reads are before its product)
+    u_product(fu, [] {});  // this warp's rows of W have left (their reads are before its product)
+    __syncwarp();
+    store_rows_sw128(u_out, us);
   }
-  __syncwarp();
-  store_rows_sw128(u_out, us);
   for (int i = threadIdx.x; i < kC; i += blockDim.x) a.gamma[slot * kC + i] = i < len ? sm.gam[i] : 0.f;
   const float big_gamma = sm.gam[len - 1];
   if (threadIdx.x == 0) a.chunk_decay[event_index(a.chunk_offset, s, a.HV, hv, c)] = big_gamma;
@@ -1938,6 +1996,7 @@ __global__ void __launch_bounds__(kPrepThreads, 4)
     // (128 x 128).
     fence_proxy_async();
     __syncthreads();  // U (bf16) complete in its tile
+    store_tile(&tma.u_rows, us);
     float uu[32];
     abt_product(uu, us, us);
     float sum_sq = 0.f;
@@ -1946,9 +2005,11 @@ __global__ void __launch_bounds__(kPrepThreads, 4)
     for (int off = 16; off > 0; off >>= 1) sum_sq += __shfl_xor_sync(0xffffffffu, sum_sq, off);
     if (lane == 0) sm.red[warp] = sum_sq;
     __syncthreads();
-    if (threadIdx.x == 0)
+    if (threadIdx.x == 0) {
       a.statistic[event_index(a.chunk_offset, s, a.HV, hv, c)] =
           sqrtf(fmaxf(sm.red[0] + sm.red[1] + sm.red[2] + sm.red[3], 0.f));
+      bulk_wait_read<0>();  // the tiles' copies have read shared memory before the block leaves
+    }
   }
 }
 
@@ -2004,13 +2065,6 @@ struct RecSmem {
   uint8_t mask[kWindow];
   float decay[kWindow];
   uint64_t full[NS];  // a stage's copies complete here
-};
-// The tensor maps of the recurrence's copies (kernel parameters): W and U as [slot rows][128] (a slot's 64
-// rows, box 64 x 64 for W, 64 x VT for U), K as [token][head][128] (box 64 tokens x 64 columns; rows past the
-// end of the tensor arrive as zeros), and the snapshots as [slot x 128 rows][128] (box 128 rows x VT, stored
-// from Sb).
-struct RecTmaMaps {
-  CUtensorMap w, u, k, snap;
 };
 template <int NS, int VT>
 constexpr size_t rec_smem_bytes() {
@@ -3578,7 +3632,8 @@ RecurrenceVariant recurrence_tc_variant(int stages, bool v_out, int columns, int
 // (bf16) that the 32- and 64-column mma.sync blocks store by tensor copies. The driver's encoder is reached
 // through the runtime, so that nothing links libcuda.
 std::string rec_tma_maps(RecTmaMaps& m, const bf16* w, const bf16* u, int64_t slot_rows, const void* k,
-                         int64_t tokens, int H, int columns, const bf16* snapshots, int64_t snapshot_slots) {
+                         const void* v, int64_t tokens, int H, int HV, int columns, const bf16* snapshots,
+                         int64_t snapshot_slots) {
   static const auto encode = [] {
     void* fn = nullptr;
     cudaDriverEntryPointQueryResult found{};
@@ -3610,10 +3665,14 @@ std::string rec_tma_maps(RecTmaMaps& m, const bf16* w, const bf16* u, int64_t sl
   const cuuint64_t k_strides[2] = {kD * sizeof(bf16), cuuint64_t(H) * kD * sizeof(bf16)};
   const cuuint32_t k_box[3] = {64, 1, kC};
   std::string err = tiled(&m.w, w, 2, uw_dims, uw_strides, w_box, CU_TENSOR_MAP_SWIZZLE_128B, "W");
+  if (err.empty()) err = tiled(&m.u_rows, u, 2, uw_dims, uw_strides, w_box, CU_TENSOR_MAP_SWIZZLE_128B, "U");
   if (err.empty())
     err = tiled(&m.u, u, 2, uw_dims, uw_strides, u_box,
                 columns == 32 ? CU_TENSOR_MAP_SWIZZLE_64B : CU_TENSOR_MAP_SWIZZLE_128B, "U");
   if (err.empty()) err = tiled(&m.k, k, 3, k_dims, k_strides, k_box, CU_TENSOR_MAP_SWIZZLE_128B, "K");
+  const cuuint64_t v_dims[3] = {cuuint64_t(kD), cuuint64_t(HV), cuuint64_t(tokens)};
+  const cuuint64_t v_strides[2] = {kD * sizeof(bf16), cuuint64_t(HV) * kD * sizeof(bf16)};
+  if (err.empty()) err = tiled(&m.v, v, 3, v_dims, v_strides, k_box, CU_TENSOR_MAP_SWIZZLE_128B, "V");
   // The snapshots as [slots x 128 rows][128], a block's tile 128 rows x its columns.
   if (snapshot_slots * kD >= (int64_t(1) << 31))
     return "too many snapshot slots for the tensor-core recurrence (" + std::to_string(snapshot_slots) +
@@ -4140,10 +4199,16 @@ std::string forward(const Problem& p, const DeviceTensors& t, void* workspace, s
   auto* u_tc = reinterpret_cast<__nv_bfloat16*>(ws.u);
   auto* w_tc = reinterpret_cast<__nv_bfloat16*>(ws.w);
   std::string err;
+  // The tensor copies' maps (the pre-pass stores W and U through them, the recurrence loads).
+  tc::RecTmaMaps maps{};
   if (use_tc) {
+    err = tc::rec_tma_maps(maps, w_tc, u_tc, int64_t(nmax) * HV * p.chunk, t.k, t.v, p.total_tokens,
+                           p.qk_heads, HV, rec_columns, reinterpret_cast<const __nv_bfloat16*>(ws.snapshots),
+                           (nmax + S) * HV);
+    if (!err.empty()) return err;
     const auto prep_kernel = prep.want_statistic ? tc::prepare_tc_kernel<true> : tc::prepare_tc_kernel<false>;
     err = launch_kernel("prepare_tc_kernel", prep_kernel, dim3(unsigned(nmax * HV)), tc::kPrepThreads,
-                        tc::prepare_tc_smem(), stream, true, prep, u_tc, w_tc);
+                        tc::prepare_tc_smem(), stream, true, prep, u_tc, w_tc, maps);
   } else
     err = bf16 ? launch_prepare<__nv_bfloat16>(p, prep, chunk_grid, stream)
                : launch_prepare<float>(p, prep, chunk_grid, stream);
@@ -4300,15 +4365,9 @@ std::string forward(const Problem& p, const DeviceTensors& t, void* workspace, s
     if (stages == 2)
       SGDN_TRY_CUDA(cudaFuncSetAttribute(rec_kernel, cudaFuncAttributePreferredSharedMemoryCarveout,
                                          int(cudaSharedmemCarveoutMaxShared)));
-    // (The warpgroup blocks copy with cp.async and leave the maps unread; encoding them anyway keeps one
-    // path.)
-    tc::RecTmaMaps maps{};
-    err =
-        tc::rec_tma_maps(maps, w_tc, u_tc, int64_t(nmax) * HV * p.chunk, t.k, p.total_tokens, p.qk_heads,
-                         rec_columns, reinterpret_cast<const __nv_bfloat16*>(ws.snapshots), (nmax + S) * HV);
-    if (err.empty())
-      err = launch_kernel(wg ? "recurrence_wg_kernel" : "recurrence_tc_kernel", rec_kernel, grid, rec_threads,
-                          rec_smem, stream, true, rec, u_tc, w_tc, maps);
+    // (The warpgroup blocks copy with cp.async and leave the maps unread.)
+    err = launch_kernel(wg ? "recurrence_wg_kernel" : "recurrence_tc_kernel", rec_kernel, grid, rec_threads,
+                        rec_smem, stream, true, rec, u_tc, w_tc, maps);
   } else {
     const dim3 rec_grid{unsigned(S), unsigned(HV), unsigned(vtiles)};
     err = bf16 ? launch_recurrence<__nv_bfloat16>(p, rec, rec_grid, stream)
