@@ -1655,8 +1655,9 @@ struct RecTmaMaps {
   CUtensorMap w, u, k, snap, u_rows, v;
 };
 struct PrepSmem {
-  bf16 k[kC * kD];       // K (sw128)
-  float lm[kC * kLdL];   // L (its zero blocks above the diagonal: the solve's Y tiles); then V (sw128 bf16)
+  bf16 k[kC * kD];  // K (sw128)
+  float
+      lm[kC * kLdL];  // L (the blocks the solve reads; above the diagonal, its Y tiles); then V (sw128 bf16)
   float tm[kC * kLdTm];  // T; then U (sw128 bf16) on its way out and for the statistic
   float gam[kC];
   float f[kC];   // e^{Γ−γ}, 0 past the chunk's end (the statistic's weights)
@@ -1855,7 +1856,7 @@ __global__ void __launch_bounds__(kPrepThreads, 4)
     }
   }
   __syncthreads();
-  // T = (I + L)^-1 by 16 x 16 blocks (the band is already in L's zeros): the diagonal blocks by forward
+  // T = (I + L)^-1 by 16 x 16 blocks (the band is in L's entries): the diagonal blocks by forward
   // substitution, one column per thread with the column in registers (threads 0..63); the blocks above the
   // diagonal zeroed meanwhile (threads 64..127); then the blocks below the diagonal (below).
   if (threadIdx.x < kC) {
@@ -1890,11 +1891,10 @@ __global__ void __launch_bounds__(kPrepThreads, 4)
   //   3. T_2J = −T_22 Y_2J, T_3J = −(T_32 Y_2J + T_33 Y_3J) for J = 0, 1.
   // Six products deep (column by column it was nine, on one warp). Blocks of L that the solver's band zeroes
   // are skipped (block_adjacent with band 1: four deep). The Y tiles live in L's blocks above the diagonal,
-  // which hold zeros and are read no more.
+  // which L's build leaves unwritten; each is written before it is read.
   {
     auto lb = [&](int I, int M) { return sm.lm + I * 16 * kLdL + M * 16; };
     auto tb = [&](int I, int J) { return sm.tm + I * 16 * kLdTm + J * 16; };
-    // Block (I, M) of L has a nonzero entry: the band's first column of its first row is left of its end.
     auto kept = [&](int I, int M) { return l_block_kept(I, M, a.block, a.band); };
     auto y_tile = [&](int I, int J) { return lb(J, I); };  // Y_IJ (I = 2, 3; J = 0, 1) in L's block (J, I)
     auto y_kept = [&](int I, int J) { return kept(I, 1) || (J == 0 && kept(I, 0)); };  // Y_IJ may be nonzero
@@ -1940,12 +1940,13 @@ __global__ void __launch_bounds__(kPrepThreads, 4)
   }
   __syncthreads();
   // L is read no more: V is copied into its region while W = bf16(T diag(β e^γ)) K runs (A from registers,
-  // built from T; K's tile read mn-major). U leaves through T's region, each warp its own 16 rows; W too
-  // without the statistic. With it, W leaves through K's tile (each 64-column half of W where the half of K
-  // that its product read was) and U's fragments are built from T after W's product, before W's stores:
-  // beside the weighted K Kᵀ, W's and U's fragments built together spill (measured, v44). Without the
-  // statistic that order measured 3 % slower than this one (pre-pass under ncu at 32K, v45: 423-425 against
-  // 412-415 µs); with U's fragments after W's stores, sparse forwards 0.5-1 % slower than with them before.
+  // built from T; K's tile read mn-major). U leaves through T's region; W too without the statistic (each
+  // warp its own 16 rows, in 16-byte stores). With it, W leaves through K's tile (each 64-column half of W
+  // where the half of K that its product read was), both leave by tensor copies, and U's fragments are built
+  // from T after W's product, before W's stores: beside the weighted K Kᵀ, W's and U's fragments built
+  // together spill (measured, v44). Without the statistic that order measured 3 % slower than this one
+  // (pre-pass under ncu at 32K, v45: 423-425 against 412-415 µs); with U's fragments after W's stores, sparse
+  // forwards 0.5-1 % slower than with them before.
   const int64_t slot = id * a.HV + hv;
   load_tile(vs, &tma.v, hv, &sm.bar[1]);
   // U = bf16(T diag(β)) V once V is in place (every read of T is done by then); `after_barrier` runs once
@@ -1959,7 +1960,7 @@ __global__ void __launch_bounds__(kPrepThreads, 4)
   };
   // A 64-row tile (sw128, two 64-column halves) to its slot's rows in memory by two tensor copies (thread 0).
   const int slot_row = int(slot * kC);
-  auto store_tile = [&](const CUtensorMap* map, const bf16* tile) {
+  auto copy_out = [&](const CUtensorMap* map, const bf16* tile) {
     if (threadIdx.x == 0) {
       tma_store_2d(map, 0, slot_row, tile);
       tma_store_2d(map, 64, slot_row, tile + kC * 64);
@@ -1972,7 +1973,7 @@ __global__ void __launch_bounds__(kPrepThreads, 4)
     wy_product(sm.k, fw, sm.k, [] { __syncthreads(); });  // W over K, each half once every warp has read it
     uint32_t fu[4][4];
     t_fragments(fu, sm, false);
-    u_product(fu, [&] { store_tile(&tma.w, sm.k); });
+    u_product(fu, [&] { copy_out(&tma.w, sm.k); });
   } else {
     bf16* u_out = u_out_all + slot * kC * kD;
     bf16* w_out = w_out_all + slot * kC * kD;
@@ -1996,7 +1997,7 @@ __global__ void __launch_bounds__(kPrepThreads, 4)
     // (128 x 128).
     fence_proxy_async();
     __syncthreads();  // U (bf16) complete in its tile
-    store_tile(&tma.u_rows, us);
+    copy_out(&tma.u_rows, us);
     float uu[32];
     abt_product(uu, us, us);
     float sum_sq = 0.f;
@@ -3627,10 +3628,13 @@ RecurrenceVariant recurrence_tc_variant(int stages, bool v_out, int columns, int
     return warps == 4 ? recurrence_variant<64, 4>(stages, v_out) : recurrence_variant<64, 8>(stages, v_out);
   return warps == 4 ? recurrence_variant<32, 4>(stages, v_out) : recurrence_variant<32, 8>(stages, v_out);
 }
-// The tensor maps of the recurrence's copies (RecTmaMaps) for blocks of `columns` V columns: W and U
-// [slot_rows][128] from the workspace, K [tokens][H][128], and the snapshots [snapshot_slots x 128][128]
-// (bf16) that the 32- and 64-column mma.sync blocks store by tensor copies. The driver's encoder is reached
-// through the runtime, so that nothing links libcuda.
+// The tensor maps of the pre-pass's and the recurrence's copies (RecTmaMaps), the recurrence's for blocks of
+// `columns` V columns: W and U [slot_rows][128] from the workspace (W's box and U's whole rows for the
+// pre-pass's stores, U's columns for the recurrence), K and V [tokens][heads][128], and the snapshots
+// [snapshot_slots x 128][128] (bf16) that the 32- and 64-column mma.sync blocks store by tensor copies. The
+// driver's encoder is reached through the runtime, so that nothing links libcuda. Every tensor-core forward
+// encodes them before its pre-pass (the fused dense form too, whose recurrence reads none of them), so the
+// limits below hold for all of them.
 std::string rec_tma_maps(RecTmaMaps& m, const bf16* w, const bf16* u, int64_t slot_rows, const void* k,
                          const void* v, int64_t tokens, int H, int HV, int columns, const bf16* snapshots,
                          int64_t snapshot_slots) {
@@ -3643,7 +3647,7 @@ std::string rec_tma_maps(RecTmaMaps& m, const bf16* w, const bf16* u, int64_t sl
       fn = nullptr;
     return reinterpret_cast<PFN_cuTensorMapEncodeTiled_v12000>(fn);
   }();
-  if (!encode) return "the CUDA driver offers no cuTensorMapEncodeTiled (the recurrence's copies need it)";
+  if (!encode) return "the CUDA driver offers no cuTensorMapEncodeTiled (the tensor-core copies need it)";
   if (slot_rows >= (int64_t(1) << 31))  // the copies' row coordinates are 32-bit
     return "too many chunks x value heads for the tensor-core recurrence (" + std::to_string(slot_rows / kC) +
            " slots of 64 rows; fewer than 2^25 allowed)";
@@ -3656,23 +3660,25 @@ std::string rec_tma_maps(RecTmaMaps& m, const bf16* w, const bf16* u, int64_t sl
                               CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
     if (r == CUDA_SUCCESS) return {};
     return std::string("cannot describe ") + what +
-           " for the recurrence's copies (cuTensorMapEncodeTiled error " + std::to_string(int(r)) +
+           " for the tensor-core copies (cuTensorMapEncodeTiled error " + std::to_string(int(r)) +
            (reinterpret_cast<uintptr_t>(base) % 16 ? "; it is not 16-byte aligned)" : ")");
   };
   const cuuint64_t uw_dims[2] = {cuuint64_t(kD), cuuint64_t(slot_rows)}, uw_strides[1] = {kD * sizeof(bf16)};
   const cuuint32_t w_box[2] = {64, kC}, u_box[2] = {cuuint32_t(columns), kC};
   const cuuint64_t k_dims[3] = {cuuint64_t(kD), cuuint64_t(H), cuuint64_t(tokens)};
   const cuuint64_t k_strides[2] = {kD * sizeof(bf16), cuuint64_t(H) * kD * sizeof(bf16)};
-  const cuuint32_t k_box[3] = {64, 1, kC};
+  const cuuint32_t kv_box[3] = {64, 1, kC};
   std::string err = tiled(&m.w, w, 2, uw_dims, uw_strides, w_box, CU_TENSOR_MAP_SWIZZLE_128B, "W");
-  if (err.empty()) err = tiled(&m.u_rows, u, 2, uw_dims, uw_strides, w_box, CU_TENSOR_MAP_SWIZZLE_128B, "U");
+  if (err.empty())
+    err = tiled(&m.u_rows, u, 2, uw_dims, uw_strides, w_box, CU_TENSOR_MAP_SWIZZLE_128B,
+                "U (the pre-pass's stores)");
   if (err.empty())
     err = tiled(&m.u, u, 2, uw_dims, uw_strides, u_box,
                 columns == 32 ? CU_TENSOR_MAP_SWIZZLE_64B : CU_TENSOR_MAP_SWIZZLE_128B, "U");
-  if (err.empty()) err = tiled(&m.k, k, 3, k_dims, k_strides, k_box, CU_TENSOR_MAP_SWIZZLE_128B, "K");
+  if (err.empty()) err = tiled(&m.k, k, 3, k_dims, k_strides, kv_box, CU_TENSOR_MAP_SWIZZLE_128B, "K");
   const cuuint64_t v_dims[3] = {cuuint64_t(kD), cuuint64_t(HV), cuuint64_t(tokens)};
   const cuuint64_t v_strides[2] = {kD * sizeof(bf16), cuuint64_t(HV) * kD * sizeof(bf16)};
-  if (err.empty()) err = tiled(&m.v, v, 3, v_dims, v_strides, k_box, CU_TENSOR_MAP_SWIZZLE_128B, "V");
+  if (err.empty()) err = tiled(&m.v, v, 3, v_dims, v_strides, kv_box, CU_TENSOR_MAP_SWIZZLE_128B, "V");
   // The snapshots as [slots x 128 rows][128], a block's tile 128 rows x its columns.
   if (snapshot_slots * kD >= (int64_t(1) << 31))
     return "too many snapshot slots for the tensor-core recurrence (" + std::to_string(snapshot_slots) +
