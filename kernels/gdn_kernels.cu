@@ -1655,9 +1655,8 @@ struct RecTmaMaps {
   CUtensorMap w, u, k, snap, u_rows, v;
 };
 struct PrepSmem {
-  bf16 k[kC * kD];  // K (sw128)
-  float
-      lm[kC * kLdL];  // L (the blocks the solve reads; above the diagonal, its Y tiles); then V (sw128 bf16)
+  bf16 k[kC * kD];       // K (sw128)
+  float lm[kC * kLdL];   // L (the blocks the solve reads; the Y tiles above them); then V (sw128 bf16)
   float tm[kC * kLdTm];  // T; then U (sw128 bf16) on its way out and for the statistic
   float gam[kC];
   float f[kC];   // e^{Γ−γ}, 0 past the chunk's end (the statistic's weights)
@@ -4205,7 +4204,8 @@ std::string forward(const Problem& p, const DeviceTensors& t, void* workspace, s
   auto* u_tc = reinterpret_cast<__nv_bfloat16*>(ws.u);
   auto* w_tc = reinterpret_cast<__nv_bfloat16*>(ws.w);
   std::string err;
-  // The tensor copies' maps (the pre-pass stores W and U through them, the recurrence loads).
+  // The tensor copies' maps (the pre-pass loads K and V and stores W and U through them, the recurrence
+  // loads).
   tc::RecTmaMaps maps{};
   if (use_tc) {
     err = tc::rec_tma_maps(maps, w_tc, u_tc, int64_t(nmax) * HV * p.chunk, t.k, t.v, p.total_tokens,
