@@ -373,6 +373,7 @@ struct PrepareArgs {
   float* w;
   float* chunk_decay;
   float* statistic;
+  int64_t prefetch_ahead = 0;  // tensor-core pre-pass: chunks ahead whose inputs it asks L2 for (0: none)
 };
 
 template <class In>
@@ -1621,6 +1622,20 @@ __device__ __forceinline__ void zero_rows_sw128(bf16* tile, int len) {
     *reinterpret_cast<uint4*>(tile + sw128(i, col)) = make_uint4(0u, 0u, 0u, 0u);
   }
 }
+// Asks L2 for bytes [first, first + bytes) of a tensor (widened to 16-byte bounds, which never leave the
+// allocation's pages): a hint, completing on nothing.
+__device__ __forceinline__ void prefetch_l2(const void* base, int64_t first, int64_t bytes) {
+  const int64_t lo = first & ~int64_t(15), hi = (first + bytes + 15) & ~int64_t(15);
+  asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;\n" ::"l"(static_cast<const char*>(base) + lo),
+               "r"(uint32_t(hi - lo))
+               : "memory");
+}
+// Bytes of a 64 x 128 bf16 tile, what its two 64-column tensor copies deliver.
+constexpr uint32_t kTileBytes = kC * kD * sizeof(bf16);
+// Orders this thread's earlier generic accesses to global memory (an acquire) before its later tensor copies.
+__device__ __forceinline__ void fence_proxy_async_global() {
+  asm volatile("fence.proxy.async.global;\n" ::: "memory");
+}
 __device__ __forceinline__ uint32_t to_tf32(float x) {
   uint32_t r;
   asm("cvt.rna.tf32.f32 %0, %1;\n" : "=r"(r) : "f"(x));
@@ -1652,7 +1667,7 @@ __device__ __forceinline__ void mma_16x16_tf32(float (&acc)[2][4], const float* 
 // x 64 columns; rows past the end of the tensor arrive as zeros), and the snapshots as [slot x 128 rows][128]
 // (box 128 rows x VT, stored from Sb).
 struct RecTmaMaps {
-  CUtensorMap w, u, k, snap, u_rows, v;
+  CUtensorMap w, u, k, snap, u_rows, v, q, snap_rows;
 };
 struct PrepSmem {
   bf16 k[kC * kD];       // K (sw128)
@@ -1756,13 +1771,20 @@ __global__ void __launch_bounds__(kPrepThreads, 4)
   const int len = ci.len;
   const int h = hv / (a.HV / a.H);
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, gq = lane >> 2, tq = lane & 3;
+  // The chunk `prefetch_ahead` records on (a wave of blocks later): thread 0 of its value head 0's block asks
+  // L2 for that chunk's K, V, g and β rows of every head once L is built (its record has arrived by then), so
+  // that the blocks starting then wait for L2 rather than memory (a block's start, its record then g and β,
+  // took ~3 900 of its ~20 000 cycles, v48's trace).
+  const int64_t far_id = id + a.prefetch_ahead;
+  const bool prefetcher =
+      a.prefetch_ahead > 0 && hv == 0 && threadIdx.x == 0 && far_id < int64_t(gridDim.x / unsigned(a.HV));
+  const ChunkInfo far = prefetcher ? load_chunk_info(a.chunk_info, far_id) : ChunkInfo{-1, 0, 0, 0};
   extern __shared__ __align__(16) unsigned char smem_raw[];
   PrepSmem& sm = *reinterpret_cast<PrepSmem*>(smem_raw + ((1024 - (smem_addr(smem_raw) & 1023)) & 1023));
   bf16* vs = reinterpret_cast<bf16*>(sm.lm);
   bf16* us = reinterpret_cast<bf16*>(sm.tm);
 
   // K and V (later) by tensor copies, two 64-column boxes each, issued by thread 0.
-  constexpr uint32_t kTileBytes = kC * kD * sizeof(bf16);
   auto load_tile = [&](bf16* tile, const CUtensorMap* map, int head, uint64_t* bar) {
     if (threadIdx.x == 0) {
       mbar_expect_bytes(bar, kTileBytes);
@@ -1774,6 +1796,7 @@ __global__ void __launch_bounds__(kPrepThreads, 4)
     mbar_init(&sm.bar[0], 1);
     mbar_init(&sm.bar[1], 1);
     mbar_init_fence();
+    fence_proxy_async();  // the initialised mbarriers seen by the tensor copies issued below
   }
   load_tile(sm.k, &tma.k, h, &sm.bar[0]);
   // A tile once its copy is complete (after a barrier that follows the mbarriers' initialisation), rows past
@@ -1853,6 +1876,13 @@ __global__ void __launch_bounds__(kPrepThreads, 4)
         }
       }
     }
+  }
+  if (far.s >= 0) {
+    const int64_t row_k = int64_t(a.H) * kD * sizeof(bf16), row_v = int64_t(a.HV) * kD * sizeof(bf16);
+    prefetch_l2(a.k, far.t0 * row_k, far.len * row_k);
+    prefetch_l2(a.v, far.t0 * row_v, far.len * row_v);
+    prefetch_l2(a.g, far.t0 * int64_t(a.HV) * sizeof(float), far.len * int64_t(a.HV) * sizeof(float));
+    prefetch_l2(a.beta, far.t0 * int64_t(a.HV) * sizeof(bf16), far.len * int64_t(a.HV) * sizeof(bf16));
   }
   __syncthreads();
   // T = (I + L)^-1 by 16 x 16 blocks (the band is in L's entries): the diagonal blocks by forward
@@ -1937,6 +1967,7 @@ __global__ void __launch_bounds__(kPrepThreads, 4)
       store_tile(tb(I, J), kLdTm, t, -1.f);
     }
   }
+  fence_proxy_async();  // L's and the Y tiles' stores before V's tensor copy overwrites them
   __syncthreads();
   // L is read no more: V is copied into its region while W = bf16(T diag(β e^γ)) K runs (A from registers,
   // built from T; K's tile read mn-major). U leaves through T's region; W too without the statistic (each
@@ -2870,6 +2901,7 @@ struct alignas(1024) OutWgSmem {
   bf16 w[kC * kD];
   bf16 u[kC * kD];  // U, or v (VIn)
   float gam[kC];
+  uint64_t bar[3];  // the tensor copies of Q, K, γ; of W, U; of the snapshot (not VIn)
 };
 
 // Each output block ends here. The last one to finish waits for the recurrence grid to complete, so that the
@@ -2900,7 +2932,8 @@ __device__ __forceinline__ void store_tile_bf16_in(bf16* dst, At at, int m0, int
 // start state, whose record (snapshot slot, pending decay) is per chunk.
 template <class Out, bool VIn, bool Runs, bool Wg>
 __global__ void __launch_bounds__(kOutThreads, Wg ? 2 : 0)  // Wg: two blocks per multiprocessor
-    output_tc_kernel(OutputArgs a, const bf16* u_all, const bf16* w_all) {
+    output_tc_kernel(OutputArgs a, const bf16* u_all, const bf16* w_all,
+                     const __grid_constant__ RecTmaMaps tma) {
   static_assert(!(VIn && Runs), "v through memory takes one chunk per block");
   // The copies unrolled, except where the blocks run beside a dense recurrence (VIn): issued back to back
   // there, they slowed the chains beside them by more than the blocks gained (dense 32K 1.44 → 1.50 ms,
@@ -2908,6 +2941,9 @@ __global__ void __launch_bounds__(kOutThreads, Wg ? 2 : 0)  // Wg: two blocks pe
   // spilled 116 bytes at 128 registers (v35), and the B = 1 dense runs beside the chains measured no slower.
   constexpr bool kUnrolled = !VIn || Wg;
   constexpr int kUnroll = kUnrolled ? 8 : 1;  // the same for the stores of O
+  // The warpgroup blocks without VIn take their tiles by tensor copies (issued by thread 0, each group
+  // completing on its mbarrier, whose phase the block counts); the others by every thread's cp.async.
+  constexpr bool kTma = Wg && !VIn;
   // Blocks in the group table's order (the value heads of one group side by side; a packed batch's sequences
   // round-robin, see table_kernel), so that the blocks the scheduler hands out while the recurrence runs are
   // the ones its progress reaches first.
@@ -2928,6 +2964,13 @@ __global__ void __launch_bounds__(kOutThreads, Wg ? 2 : 0)  // Wg: two blocks pe
       *reinterpret_cast<Smem*>(Wg ? smem_raw + ((1024 - (smem_addr(smem_raw) & 1023)) & 1023) : smem_raw);
   // [kD][kD] fp32 behind OutSmem, only when G > 1 (never in the warpgroup form)
   float* sf = Wg ? nullptr : reinterpret_cast<float*>(smem_raw + sizeof(OutSmem));
+  if constexpr (kTma) {
+    if (threadIdx.x == 0) {
+      for (int b = 0; b < 3; ++b) mbar_init(&sm.bar[b], 1);
+      mbar_init_fence();
+      fence_proxy_async();
+    }
+  }
   // Where element (r, c) of a 64-row tile and of the 128-row state lies.
   auto tile_at = [](int r, int c) { return Wg ? sw128(r, c) : r * kLd + c; };
   auto state_at = [](int r, int c) { return Wg ? sw128_rows<kD>(r, c) : r * kLd + c; };
@@ -2940,6 +2983,18 @@ __global__ void __launch_bounds__(kOutThreads, Wg ? 2 : 0)  // Wg: two blocks pe
   // needs (Q, K, γ), then W and U (VIn: one group, v travels with the snapshot).
   auto fetch_qk = [&](int64_t c) {
     const auto [t0, len, cslot] = chunk_place(gi, c, kC, a.HV, hv);
+    if constexpr (kTma) {
+      if (threadIdx.x == 0) {
+        uint64_t* bar = &sm.bar[0];
+        mbar_expect_bytes(bar, 2 * kTileBytes + kC * sizeof(float));
+        tma_load_3d(sm.q, &tma.q, 0, h, int(t0), bar);
+        tma_load_3d(sm.q + kC * 64, &tma.q, 64, h, int(t0), bar);
+        tma_load_3d(sm.k, &tma.k, 0, h, int(t0), bar);
+        tma_load_3d(sm.k + kC * 64, &tma.k, 64, h, int(t0), bar);
+        bulk_load(sm.gam, a.gamma + cslot * kC, kC * sizeof(float), bar);
+      }
+      return;
+    }
     copy_rows_at<kOutThreads, kUnrolled>(sm.q, tile_at, qp + (t0 * a.H + h) * kD, int64_t(a.H) * kD, len);
     copy_rows_at<kOutThreads, kUnrolled>(sm.k, tile_at, kp + (t0 * a.H + h) * kD, int64_t(a.H) * kD, len);
     if (threadIdx.x < kC / 4)
@@ -2947,7 +3002,17 @@ __global__ void __launch_bounds__(kOutThreads, Wg ? 2 : 0)  // Wg: two blocks pe
     cp_async_commit();
   };
   auto fetch_wu = [&](int64_t c) {
-    if constexpr (!VIn) {
+    if constexpr (kTma) {
+      if (threadIdx.x == 0) {
+        uint64_t* bar = &sm.bar[1];
+        const int row = int(chunk_place(gi, c, kC, a.HV, hv).cslot * kC);
+        mbar_expect_bytes(bar, 2 * kTileBytes);
+        tma_load_2d(sm.w, &tma.w, 0, row, bar);
+        tma_load_2d(sm.w + kC * 64, &tma.w, 64, row, bar);
+        tma_load_2d(sm.u, &tma.u_rows, 0, row, bar);
+        tma_load_2d(sm.u + kC * 64, &tma.u_rows, 64, row, bar);
+      }
+    } else if constexpr (!VIn) {
       const int64_t cslot = chunk_place(gi, c, kC, a.HV, hv).cslot;
       copy_rows_at<kOutThreads, kUnrolled>(sm.w, tile_at, w_all + cslot * kC * kD, kD, kC);
       copy_rows_at<kOutThreads, kUnrolled>(sm.u, tile_at, u_all + cslot * kC * kD, kD, kC);
@@ -2970,12 +3035,31 @@ __global__ void __launch_bounds__(kOutThreads, Wg ? 2 : 0)  // Wg: two blocks pe
   };
   if (runs) load_record(first + 1);
   // The snapshot (bf16, copied as is; VIn: and the chunk's v), written by the recurrence while this grid
-  // runs: read through L2 (cp.async.cg), never from a multiprocessor's L1, which another block may have
-  // filled before the write.
+  // runs: read through L2 (cp.async.cg, or a tensor copy), never from a multiprocessor's L1, which another
+  // block may have filled before the write.
+  // (By tensor copy: after the acquire of the flags that said it is there, which a proxy fence orders before
+  // the copy.)
+  uint32_t phase_qk = 0, phase_wu = 0, phase_sb = 0;  // of the mbarriers (kTma)
+  bool sb_coming = false;                             // a snapshot's tensor copy is in flight
+  auto copy_snapshot = [&](int32_t slot) {
+    if constexpr (kTma) {
+      if (threadIdx.x == 0) {
+        uint64_t* bar = &sm.bar[2];
+        const int row = int((slot_base + slot) * kD);
+        fence_proxy_async_global();
+        mbar_expect_bytes(bar, 2 * kTileBytes);
+        tma_load_2d(sm.sb, &tma.snap_rows, 0, row, bar);
+        tma_load_2d(sm.sb + kD * 64, &tma.snap_rows, 64, row, bar);
+      }
+      sb_coming = true;
+    } else {
+      copy_rows_at<kOutThreads, kUnrolled>(
+          sm.sb, state_at, reinterpret_cast<const bf16*>(a.snapshots) + (slot_base + slot) * kD * V, kD, kD,
+          kD);
+    }
+  };
   auto fetch_state = [&]() {
-    copy_rows_at<kOutThreads, kUnrolled>(
-        sm.sb, state_at, reinterpret_cast<const bf16*>(a.snapshots) + (slot_base + start_slot) * kD * V, kD,
-        kD, kD);
+    copy_snapshot(start_slot);
     if constexpr (VIn)
       copy_rows_at<kOutThreads, kUnrolled>(
           sm.u, tile_at, u_all + chunk_place(gi, first, kC, a.HV, hv).cslot * kC * kD, kD, kC);
@@ -3028,7 +3112,8 @@ __global__ void __launch_bounds__(kOutThreads, Wg ? 2 : 0)  // Wg: two blocks pe
   for (int64_t c = first; c < last; ++c) {
     const auto [t0, len, cslot] = chunk_place(gi, c, kC, a.HV, hv);
     if (c > first && runs) {
-      __syncthreads();  // every warp is done with the chunk before's tiles
+      if constexpr (kTma) fence_proxy_async();  // O's stores through Q's tile before its next tensor copy
+      __syncthreads();                          // every warp is done with the chunk before's tiles
       fetch_qk(c);
       fetch_wu(c);
       carried = exp_ftz(next_log_decay);
@@ -3037,23 +3122,35 @@ __global__ void __launch_bounds__(kOutThreads, Wg ? 2 : 0)  // Wg: two blocks pe
       if (next_slot != sb_slot) {  // an event in the chunk before: its snapshot, once the recurrence is past
         sb_slot = next_slot;
         wait_for_state(c);
-        copy_rows_at<kOutThreads, kUnrolled>(
-            sm.sb, state_at, reinterpret_cast<const bf16*>(a.snapshots) + (slot_base + sb_slot) * kD * V, kD,
-            kD, kD);
+        copy_snapshot(sb_slot);
         cp_async_commit();
         qk_behind = 2;
         wu_behind = 1;
       }
       load_record(c + 1);
     } else if (c > first) {
+      if constexpr (kTma) {  // (not reached: the warpgroup form has G = 1) as in runs, before the copies
+        fence_proxy_async();
+        __syncthreads();
+      }
       fetch_qk(c);
       fetch_wu(c);
     }
     // Q, K, γ of this chunk; W and U, and the first chunk's state if committed after them, may still travel.
     // (A later chunk's groups: Q, K, γ, then W and U.)
     if (c > first && !runs) qk_behind = VIn ? 0 : 1, wu_behind = 0;
-    cp_async_wait_but<2>(qk_behind);
-    if constexpr (Wg) fence_proxy_async();  // the copies, read by wgmma
+    if constexpr (kTma) {
+      mbar_wait(&sm.bar[0], phase_qk);
+      phase_qk ^= 1;
+      if (len < kC) {  // the tokens after a short chunk's end, which the tensor copies bring
+        zero_rows_sw128(sm.q, len);
+        zero_rows_sw128(sm.k, len);
+        fence_proxy_async();
+      }
+    } else {
+      cp_async_wait_but<2>(qk_behind);
+      if constexpr (Wg) fence_proxy_async();  // the copies, read by wgmma
+    }
     __syncthreads();
     float acc[8][4] = {};  // this warp's 16 x 64 tile of O: rows wm.., columns wn..
     if constexpr (Wg) {
@@ -3075,7 +3172,12 @@ __global__ void __launch_bounds__(kOutThreads, Wg ? 2 : 0)  // Wg: two blocks pe
         for (int ks = 0; ks < kC / 16; ++ks)
           for (int f = 0; f < 4; ++f) af[ks][f] = pack_bf16(x[8 * ks + 2 * f], x[8 * ks + 2 * f + 1]);
       }
-      cp_async_wait_but(wu_behind);
+      if constexpr (kTma) {
+        mbar_wait(&sm.bar[1], phase_wu);
+        phase_wu ^= 1;
+      } else {
+        cp_async_wait_but(wu_behind);
+      }
       fence_proxy_async();
       __syncthreads();  // W and U (VIn: S and v); both warpgroups are done reading Q
       // d (+)= X S over k = 128: X in sm.q (Q or Q̃, k-major), S this warpgroup's half of Sb (mn-major).
@@ -3116,7 +3218,15 @@ __global__ void __launch_bounds__(kOutThreads, Wg ? 2 : 0)  // Wg: two blocks pe
           }
         }
         rs_product(o, af, sm.u, wn);
-        cp_async_wait_all();
+        if constexpr (kTma) {
+          if (sb_coming) {
+            mbar_wait(&sm.bar[2], phase_sb);
+            phase_sb ^= 1;
+            sb_coming = false;
+          }
+        } else {
+          cp_async_wait_all();
+        }
         fence_proxy_async();
         __syncthreads();  // Q̃ and Sb
         times_state(o, true);
@@ -3627,16 +3737,17 @@ RecurrenceVariant recurrence_tc_variant(int stages, bool v_out, int columns, int
     return warps == 4 ? recurrence_variant<64, 4>(stages, v_out) : recurrence_variant<64, 8>(stages, v_out);
   return warps == 4 ? recurrence_variant<32, 4>(stages, v_out) : recurrence_variant<32, 8>(stages, v_out);
 }
-// The tensor maps of the pre-pass's and the recurrence's copies (RecTmaMaps), the recurrence's for blocks of
-// `columns` V columns: W and U [slot_rows][128] from the workspace (W's box and U's whole rows for the
-// pre-pass's stores, U's columns for the recurrence), K and V [tokens][heads][128], and the snapshots
-// [snapshot_slots x 128][128] (bf16) that the 32- and 64-column mma.sync blocks store by tensor copies. The
-// driver's encoder is reached through the runtime, so that nothing links libcuda. Every tensor-core forward
-// encodes them before its pre-pass (the fused dense form too, whose recurrence reads none of them), so the
-// limits below hold for all of them.
-std::string rec_tma_maps(RecTmaMaps& m, const bf16* w, const bf16* u, int64_t slot_rows, const void* k,
-                         const void* v, int64_t tokens, int H, int HV, int columns, const bf16* snapshots,
-                         int64_t snapshot_slots) {
+// The tensor maps of the pre-pass's, the recurrence's and the output blocks' copies (RecTmaMaps), the
+// recurrence's for blocks of `columns` V columns: W and U [slot_rows][128] from the workspace (W's box and
+// U's whole rows for the pre-pass's stores and the output blocks' loads, U's columns for the recurrence), Q,
+// K and V [tokens][heads][128], and the snapshots [snapshot_slots x 128][128] (bf16) that the 32- and
+// 64-column mma.sync blocks store by tensor copies and the output blocks load (two 64-column halves of 128
+// rows). The driver's encoder is reached through the runtime, so that nothing links libcuda. Every
+// tensor-core forward encodes them before its pre-pass (the fused dense form too, whose recurrence reads none
+// of them), so the limits below hold for all of them.
+std::string rec_tma_maps(RecTmaMaps& m, const bf16* w, const bf16* u, int64_t slot_rows, const void* q,
+                         const void* k, const void* v, int64_t tokens, int H, int HV, int columns,
+                         const bf16* snapshots, int64_t snapshot_slots) {
   static const auto encode = [] {
     void* fn = nullptr;
     cudaDriverEntryPointQueryResult found{};
@@ -3675,6 +3786,7 @@ std::string rec_tma_maps(RecTmaMaps& m, const bf16* w, const bf16* u, int64_t sl
     err = tiled(&m.u, u, 2, uw_dims, uw_strides, u_box,
                 columns == 32 ? CU_TENSOR_MAP_SWIZZLE_64B : CU_TENSOR_MAP_SWIZZLE_128B, "U");
   if (err.empty()) err = tiled(&m.k, k, 3, k_dims, k_strides, kv_box, CU_TENSOR_MAP_SWIZZLE_128B, "K");
+  if (err.empty()) err = tiled(&m.q, q, 3, k_dims, k_strides, kv_box, CU_TENSOR_MAP_SWIZZLE_128B, "Q");
   const cuuint64_t v_dims[3] = {cuuint64_t(kD), cuuint64_t(HV), cuuint64_t(tokens)};
   const cuuint64_t v_strides[2] = {kD * sizeof(bf16), cuuint64_t(HV) * kD * sizeof(bf16)};
   if (err.empty()) err = tiled(&m.v, v, 3, v_dims, v_strides, kv_box, CU_TENSOR_MAP_SWIZZLE_128B, "V");
@@ -3687,6 +3799,10 @@ std::string rec_tma_maps(RecTmaMaps& m, const bf16* w, const bf16* u, int64_t sl
   if (err.empty())
     err = tiled(&m.snap, snapshots, 2, snap_dims, uw_strides, snap_box,
                 columns == 32 ? CU_TENSOR_MAP_SWIZZLE_64B : CU_TENSOR_MAP_SWIZZLE_128B, "the snapshots");
+  const cuuint32_t snap_rows_box[2] = {64, kD};  // the output blocks' copies: 64 columns x 128 rows
+  if (err.empty())
+    err = tiled(&m.snap_rows, snapshots, 2, snap_dims, uw_strides, snap_rows_box, CU_TENSOR_MAP_SWIZZLE_128B,
+                "the snapshots");
   return err;
 }
 // Recurrence blocks of `columns` (32 or 64) V columns: one per (sequence, value head, V tile).
@@ -3736,7 +3852,7 @@ size_t output_smem(const Problem& p) {
 // The measuring aids below are environment variables holding one digit (SGDN_CUDA_STAGE_TIMING=1,
 // SGDN_CUDA_SERIAL_OUTPUTS=1, SGDN_CUDA_REC_STAGES=2|3|4, SGDN_CUDA_REC_WIDE=0|1, SGDN_CUDA_V_THROUGH=0|1,
 // SGDN_CUDA_REC_WARPS=4|8, SGDN_CUDA_OUT_RUN=1|2|4, SGDN_CUDA_REC_WG=0|1, SGDN_CUDA_REC_WG32=0|1,
-// SGDN_CUDA_OUT_WG=0, SGDN_CUDA_FUSED=0|1|2|3);
+// SGDN_CUDA_OUT_WG=0, SGDN_CUDA_FUSED=0|1|2|3, SGDN_CUDA_PREP_PREFETCH=0-9);
 // anything else, or unset, reads as -1 (off).
 int measuring_switch(const char* name) {
   const char* env = std::getenv(name);
@@ -4204,14 +4320,20 @@ std::string forward(const Problem& p, const DeviceTensors& t, void* workspace, s
   auto* u_tc = reinterpret_cast<__nv_bfloat16*>(ws.u);
   auto* w_tc = reinterpret_cast<__nv_bfloat16*>(ws.w);
   std::string err;
-  // The tensor copies' maps (the pre-pass loads K and V and stores W and U through them, the recurrence
-  // loads).
+  // The tensor copies' maps (the pre-pass loads K and V and stores W and U through them, the recurrence and
+  // the output blocks load).
   tc::RecTmaMaps maps{};
   if (use_tc) {
-    err = tc::rec_tma_maps(maps, w_tc, u_tc, int64_t(nmax) * HV * p.chunk, t.k, t.v, p.total_tokens,
+    err = tc::rec_tma_maps(maps, w_tc, u_tc, int64_t(nmax) * HV * p.chunk, t.q, t.k, t.v, p.total_tokens,
                            p.qk_heads, HV, rec_columns, reinterpret_cast<const __nv_bfloat16*>(ws.snapshots),
                            (nmax + S) * HV);
     if (!err.empty()) return err;
+    // The pre-pass's L2 prefetch: one wave of blocks ahead (four per multiprocessor), in chunks. The pre-pass
+    // under ncu at 16K, µs, dense; sparse: none 199-200; 225-227, one wave ahead 198-201; 221-226, two
+    // 202-204; 230-232, three 203-205; 228-230 (2026-12-02 02:52Z-02:58Z). SGDN_CUDA_PREP_PREFETCH=0 turns it
+    // off, 2-9 reach that many waves ahead (a measuring aid).
+    const int waves = measuring_switch("SGDN_CUDA_PREP_PREFETCH");
+    prep.prefetch_ahead = (waves < 0 ? 1 : waves) * ((int64_t(4) * sms + HV - 1) / HV);
     const auto prep_kernel = prep.want_statistic ? tc::prepare_tc_kernel<true> : tc::prepare_tc_kernel<false>;
     err = launch_kernel("prepare_tc_kernel", prep_kernel, dim3(unsigned(nmax * HV)), tc::kPrepThreads,
                         tc::prepare_tc_smem(), stream, true, prep, u_tc, w_tc, maps);
@@ -4398,7 +4520,7 @@ std::string forward(const Problem& p, const DeviceTensors& t, void* workspace, s
     const auto out_kernel = wg ? output_variant<true>(out_bf16, v_in_u, chunk_runs)
                                : output_variant<false>(out_bf16, v_in_u, chunk_runs);
     err = launch_kernel("output_tc_kernel", out_kernel, grid, tc::kOutThreads, smem, stream, true, out, u_tc,
-                        w_tc);
+                        w_tc, maps);
   } else if (bf16)
     err = out_bf16 ? launch_output<__nv_bfloat16, __nv_bfloat16>(p, out, out_grid, stream)
                    : launch_output<__nv_bfloat16, float>(p, out, out_grid, stream);
