@@ -2941,9 +2941,12 @@ __global__ void __launch_bounds__(kOutThreads, Wg ? 2 : 0)  // Wg: two blocks pe
   // spilled 116 bytes at 128 registers (v35), and the B = 1 dense runs beside the chains measured no slower.
   constexpr bool kUnrolled = !VIn || Wg;
   constexpr int kUnroll = kUnrolled ? 8 : 1;  // the same for the stores of O
-  // The warpgroup blocks without VIn take their tiles by tensor copies (issued by thread 0, each group
-  // completing on its mbarrier, whose phase the block counts); the others by every thread's cp.async.
-  constexpr bool kTma = Wg && !VIn;
+  // The warpgroup blocks of runs (sparse selectors, G = 1) take their tiles by tensor copies (issued by
+  // thread 0, each group completing on its mbarrier, whose phase the block counts); the others by every
+  // thread's cp.async. Side by side against cp.async (v49, ms): sparse 4 x 8K 0.844 → 0.822, 0.831, 2 x 16K
+  // 0.869 → 0.852, 0.868, B = 1 within the spread; the dense blocks of one chunk beside the chains (B = 1)
+  // 0.8-1.3 % slower by the speedup (16K 1.561 → 1.539-1.550, 32K 1.629 → 1.614-1.620), so not there.
+  constexpr bool kTma = Wg && !VIn && Runs;
   // Blocks in the group table's order (the value heads of one group side by side; a packed batch's sequences
   // round-robin, see table_kernel), so that the blocks the scheduler hands out while the recurrence runs are
   // the ones its progress reaches first.
@@ -3128,11 +3131,7 @@ __global__ void __launch_bounds__(kOutThreads, Wg ? 2 : 0)  // Wg: two blocks pe
         wu_behind = 1;
       }
       load_record(c + 1);
-    } else if (c > first) {
-      if constexpr (kTma) {  // (not reached: the warpgroup form has G = 1) as in runs, before the copies
-        fence_proxy_async();
-        __syncthreads();
-      }
+    } else if (c > first) {  // G > 1 (never with tensor copies, which only runs take)
       fetch_qk(c);
       fetch_wu(c);
     }
