@@ -1487,6 +1487,18 @@ __device__ __forceinline__ void tma_load_3d(void* dst, const CUtensorMap* map, i
       "l"(map), "r"(x), "r"(y), "r"(z), "r"(smem_addr(bar))
       : "memory");
 }
+// A sw128 tile of `Rows` rows x 128 columns as its two 64-column boxes, from row `row` of a 2D map or token
+// `token` of a head of a 3D one ([token][head][128]), completing on `bar` (one thread issues them).
+template <int Rows = kC>
+__device__ __forceinline__ void tma_load_tile(bf16* tile, const CUtensorMap* map, int row, uint64_t* bar) {
+  tma_load_2d(tile, map, 0, row, bar);
+  tma_load_2d(tile + Rows * 64, map, 64, row, bar);
+}
+__device__ __forceinline__ void tma_load_tile(bf16* tile, const CUtensorMap* map, int head, int token,
+                                              uint64_t* bar) {
+  tma_load_3d(tile, map, 0, head, token, bar);
+  tma_load_3d(tile + kC * 64, map, 64, head, token, bar);
+}
 __device__ __forceinline__ void bulk_load(void* dst, const void* src, uint32_t bytes, uint64_t* bar) {
   asm volatile(
       "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n" ::"r"(
@@ -1788,8 +1800,7 @@ __global__ void __launch_bounds__(kPrepThreads, 4)
   auto load_tile = [&](bf16* tile, const CUtensorMap* map, int head, uint64_t* bar) {
     if (threadIdx.x == 0) {
       mbar_expect_bytes(bar, kTileBytes);
-      tma_load_3d(tile, map, 0, head, int(t0), bar);
-      tma_load_3d(tile + kC * 64, map, 64, head, int(t0), bar);
+      tma_load_tile(tile, map, head, int(t0), bar);
     }
   };
   if (threadIdx.x == 0) {
@@ -2379,10 +2390,8 @@ __global__ void __launch_bounds__(NW * 32 + 32, VT == 64 ? 2 : 0)  // 64: two bl
     const int64_t slot_id = (seq_chunk0 + c) * a.HV + hv;
     const int row = int(slot_id * kC), token = int(seq_t0 + c * kC);
     mbar_expect_bytes(bar, kRecStageBytes<VT>);
-    tma_load_2d(st_.w, &tma.w, 0, row, bar);
-    tma_load_2d(st_.w + kC * 64, &tma.w, 64, row, bar);
-    tma_load_3d(st_.k, &tma.k, 0, h, token, bar);
-    tma_load_3d(st_.k + kC * 64, &tma.k, 64, h, token, bar);
+    tma_load_tile(st_.w, &tma.w, row, bar);
+    tma_load_tile(st_.k, &tma.k, h, token, bar);
     tma_load_2d(st_.u, &tma.u, col0, row, bar);
     bulk_load(st_.gam, a.gamma + slot_id * kC, sizeof(float) * kC, bar);
   };
@@ -2990,10 +2999,8 @@ __global__ void __launch_bounds__(kOutThreads, Wg ? 2 : 0)  // Wg: two blocks pe
       if (threadIdx.x == 0) {
         uint64_t* bar = &sm.bar[0];
         mbar_expect_bytes(bar, 2 * kTileBytes + kC * sizeof(float));
-        tma_load_3d(sm.q, &tma.q, 0, h, int(t0), bar);
-        tma_load_3d(sm.q + kC * 64, &tma.q, 64, h, int(t0), bar);
-        tma_load_3d(sm.k, &tma.k, 0, h, int(t0), bar);
-        tma_load_3d(sm.k + kC * 64, &tma.k, 64, h, int(t0), bar);
+        tma_load_tile(sm.q, &tma.q, h, int(t0), bar);
+        tma_load_tile(sm.k, &tma.k, h, int(t0), bar);
         bulk_load(sm.gam, a.gamma + cslot * kC, kC * sizeof(float), bar);
       }
       return;
@@ -3010,10 +3017,8 @@ __global__ void __launch_bounds__(kOutThreads, Wg ? 2 : 0)  // Wg: two blocks pe
         uint64_t* bar = &sm.bar[1];
         const int row = int(chunk_place(gi, c, kC, a.HV, hv).cslot * kC);
         mbar_expect_bytes(bar, 2 * kTileBytes);
-        tma_load_2d(sm.w, &tma.w, 0, row, bar);
-        tma_load_2d(sm.w + kC * 64, &tma.w, 64, row, bar);
-        tma_load_2d(sm.u, &tma.u_rows, 0, row, bar);
-        tma_load_2d(sm.u + kC * 64, &tma.u_rows, 64, row, bar);
+        tma_load_tile(sm.w, &tma.w, row, bar);
+        tma_load_tile(sm.u, &tma.u_rows, row, bar);
       }
     } else if constexpr (!VIn) {
       const int64_t cslot = chunk_place(gi, c, kC, a.HV, hv).cslot;
@@ -3051,8 +3056,7 @@ __global__ void __launch_bounds__(kOutThreads, Wg ? 2 : 0)  // Wg: two blocks pe
         const int row = int((slot_base + slot) * kD);
         fence_proxy_async_global();
         mbar_expect_bytes(bar, 2 * kTileBytes);
-        tma_load_2d(sm.sb, &tma.snap_rows, 0, row, bar);
-        tma_load_2d(sm.sb + kD * 64, &tma.snap_rows, 64, row, bar);
+        tma_load_tile<kD>(sm.sb, &tma.snap_rows, row, bar);
       }
       sb_coming = true;
     } else {
