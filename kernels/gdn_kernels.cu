@@ -13,7 +13,8 @@
 //                      head_budget's shared budget), no sort; then the unit mask is expanded to value
 //                      heads, budgets counted and the carried state at every group start recorded as
 //                      (snapshot slot, log decay since) (the dense selector: that expansion alone, before
-//                      stage 2)
+//                      stage 2; the tensor-core path's sparse selectors: the expansion beside stage 5,
+//                      which reads the unit mask)
 //   5. recurrence      per (sequence, value head, V tile): the carried state visits selected events only;
 //                      between events it only decays (a scalar accumulated in the exponent); a snapshot is
 //                      written after each event
@@ -125,7 +126,8 @@ struct Workspace {
   float* group_log_decay;   // [Nmax, HV]
   int32_t* progress;        // [S, HV, V tiles] recurrence progress in chunks (tensor-core path)
   int32_t* blocks_done;     // [1] output blocks finished, right after `progress`
-  size_t flags_bytes;       // progress and blocks_done, zeroed before each tensor-core recurrence
+  int32_t* records_done;    // [1] mask expansion blocks finished (their group records written), after it
+  size_t flags_bytes;       // progress and the two counters, zeroed before each tensor-core recurrence
   size_t total;
 };
 
@@ -189,9 +191,10 @@ Workspace carve(const Problem& p, void* base) {
   ws.group_slot = static_cast<int32_t*>(take(events * 4));
   ws.group_log_decay = static_cast<float*>(take(events * 4));
   const size_t progress_flags = size_t(progress_flag_index(int64_t(S), int(hv), 0, int64_t(V / kTcTile), 0));
-  ws.flags_bytes = (progress_flags + 1) * 4;
+  ws.flags_bytes = (progress_flags + 2) * 4;
   ws.progress = static_cast<int32_t*>(take(ws.flags_bytes));
   ws.blocks_done = ws.progress ? ws.progress + progress_flags : nullptr;
+  ws.records_done = ws.progress ? ws.progress + progress_flags + 1 : nullptr;
   ws.total = offset;
   return ws;
 }
@@ -910,6 +913,11 @@ struct GroupStartScan {
 // (the dense selector) every event is kept (no decay is read: it is launched before the pre-pass), and
 // `zero_score`, where given, receives the head's scores (all zero: a dense run without a score computes
 // none), so that a dense run needs no other selection kernel.
+// With `records_done` (the tensor-core path's sparse selectors) it runs beside the recurrence, which reads
+// the unit mask itself and is launched before it: it does not wait for the recurrence (the selection that
+// wrote the unit mask completed before the recurrence's blocks let it start; read through L2), each block
+// counts itself there once its records are written (the output blocks wait for all of them), and the last
+// block waits for the recurrence grid, so that this grid completes after it (see finish_output_block).
 struct ExpandMaskArgs {
   const int32_t* chunk_offset;
   const int32_t* group_offset;
@@ -921,18 +929,20 @@ struct ExpandMaskArgs {
   float* zero_score;
   int32_t* group_slot;
   float* group_log_decay;
+  int32_t* records_done = nullptr;
 };
 __global__ void __launch_bounds__(kThreads) expand_mask_kernel(ExpandMaskArgs a) {
-  wait_for_previous_grid();
+  const bool beside = a.records_done != nullptr;
+  if (!beside) wait_for_previous_grid();
   let_next_grid_start();
   const int64_t s = blockIdx.x;
   const int hv = blockIdx.y;
-  const int64_t n = a.chunk_offset[s + 1] - a.chunk_offset[s];
-  const int64_t base = int64_t(a.chunk_offset[s]) * a.HV;
+  const int64_t n = __ldcg(a.chunk_offset + s + 1) - __ldcg(a.chunk_offset + s);  // (through L2: see above)
+  const int64_t base = int64_t(__ldcg(a.chunk_offset + s)) * a.HV;
   const int per_unit = a.HV / a.units, u = hv / per_unit;
   const uint8_t* from = a.unit_mask ? a.unit_mask + base + u * n : nullptr;
   uint8_t* to = a.head_mask + base + hv * n;
-  const int64_t group0 = a.group_offset[s];
+  const int64_t group0 = __ldcg(a.group_offset + s);
   using BlockScan = cub::BlockScan<GroupStart, kThreads>;
   using BlockReduce = cub::BlockReduce<int, kThreads>;
   __shared__ union {
@@ -951,8 +961,8 @@ __global__ void __launch_bounds__(kThreads) expand_mask_kernel(ExpandMaskArgs a)
 #pragma unroll
     for (int j = 0; j < kSpan; ++j) {
       const int64_t c = first + j;
-      const bool keep = c < n && (!from || from[c] == 1);  // 2: blocked by a cap
-      chunk[j] = {keep, keep || c >= n ? 0.f : decay[c], keep};
+      const bool keep = c < n && (!from || __ldcg(from + c) == 1);  // 2: blocked by a cap
+      chunk[j] = {keep, keep || c >= n ? 0.f : __ldcg(decay + c), keep};
       kept += keep;
     }
     GroupStart mine{0, 0.f, false};
@@ -977,9 +987,16 @@ __global__ void __launch_bounds__(kThreads) expand_mask_kernel(ExpandMaskArgs a)
     before = GroupStartScan()(before, total);
     __syncthreads();  // the scan's storage is free again
   }
-  if (hv % per_unit != 0) return;
-  const int total = BlockReduce(temp.reduce).Sum(kept);
-  if (threadIdx.x == 0) a.budget[s * a.units + u] = total;
+  if (hv % per_unit == 0) {
+    const int total = BlockReduce(temp.reduce).Sum(kept);
+    if (threadIdx.x == 0) a.budget[s * a.units + u] = total;
+  }
+  if (!beside) return;
+  __syncthreads();  // every record of the block written
+  if (threadIdx.x == 0) {
+    __threadfence();
+    if (atomicAdd(a.records_done, 1) == int32_t(gridDim.x * gridDim.y) - 1) wait_for_previous_grid();
+  }
 }
 
 // ---------------------------------------------------------------------------------------------------------
@@ -991,7 +1008,7 @@ struct RecurrenceArgs {
   const int32_t* seq_start;
   const int32_t* seq_len;
   const int32_t* chunk_offset;
-  const uint8_t* head_mask;
+  const uint8_t* mask;  // the head mask, or with mask_heads > 1 the unit mask; an event is kept where it is 1
   const float* chunk_decay;
   const float* gamma;
   const float* u;
@@ -1002,10 +1019,19 @@ struct RecurrenceArgs {
   int32_t* snapshot_count;
   float* final_state;
   // Tensor-core path: per (sequence, value head, V tile) the number of chunks whose starting snapshots (named
-  // by the group records, written with the mask) are in memory, so that the output stage can start before the
+  // by the group records of the mask expansion) are in memory, so that the output stage can start before the
   // recurrence ends.
   int32_t* progress;
+  int mask_heads = 1;  // value heads per row of `mask` (1: the head mask; HV / units: the unit mask)
 };
+// The first entry of head hv's row of a.mask, for the head whose events start at ev_base (n chunks): its own
+// row of the head mask, or its unit's row of the unit mask. From values every chain keeps anyway, so that no
+// further 64-bit index stays live across the event loop (one more, and the dense selector's 2-stage
+// recurrence block grew past the registers that leave room for an output block beside it: 83 → 89, and the
+// dense forwards at B = 1 were 10-14 % slower).
+__device__ __forceinline__ int64_t mask_row(const RecurrenceArgs& a, int64_t ev_base, int hv, int64_t n) {
+  return ev_base + int64_t(hv / a.mask_heads - hv) * n;
+}
 
 template <class In>
 __global__ void __launch_bounds__(kThreads) recurrence_kernel(RecurrenceArgs a) {
@@ -1039,7 +1065,7 @@ __global__ void __launch_bounds__(kThreads) recurrence_kernel(RecurrenceArgs a) 
   const In* kp = static_cast<const In*>(a.k);
   for (int64_t c = 0; c < n; ++c) {
     const float big_gamma = a.chunk_decay[ev_base + c];
-    if (!a.head_mask[ev_base + c]) {
+    if (a.mask[mask_row(a, ev_base, hv, n) + c] != 1) {
       pending += big_gamma;
       continue;
     }
@@ -1102,6 +1128,10 @@ struct OutputArgs {
   int H, HV, K, V, C, G, VT;
   float scale;
   void* o;
+  // Where the group records are written beside the recurrence (expand_mask_kernel with records_done): the
+  // number of its blocks, each of which counts itself in `records_done` once its records are written.
+  const int32_t* records_done = nullptr;
+  int32_t records_expected = 0;
 };
 
 template <class In, class Out>
@@ -1377,7 +1407,7 @@ __device__ __forceinline__ void cp_async_wait_but(int pending) {
 // consecutive threads per row, `rows` a multiple of Threads / 16. With the thread count known at compile
 // time each thread's column and row step are constants, and the passes unroll into back-to-back copies
 // (Unrolled) or stay a loop that issues one copy per turn (for blocks that run beside a dense recurrence,
-// see output_tc_kernel).
+// see output_tc_block).
 template <int Threads, bool Unrolled, class At>
 __device__ __forceinline__ void copy_rows_at(bf16* dst, At at, const bf16* src, int64_t gstride, int len,
                                              int rows = kC, int rank = int(threadIdx.x)) {
@@ -2163,9 +2193,10 @@ struct Publisher {
 template <int NS, class Publish, class Fetch, class Wait, class Write, class Drain, class Rescale,
           class Event>
 __device__ __forceinline__ float for_each_event(const RecurrenceArgs& a, uint8_t* mask, float* decay,
-                                                int64_t n, int64_t ev_base, Publish& publish, Fetch fetch,
-                                                Wait wait, Write write, Drain drain, int32_t* chunks,
-                                                Rescale rescale, Event event, int64_t& slot) {
+                                                int64_t n, const ChainPlace& place, Publish& publish,
+                                                Fetch fetch, Wait wait, Write write, Drain drain,
+                                                int32_t* chunks, Rescale rescale, Event event,
+                                                int64_t& slot) {
   int64_t snap_slot = -1;
   int32_t snap_chunk = 0;
   auto flush = [&]() {
@@ -2188,8 +2219,8 @@ __device__ __forceinline__ float for_each_event(const RecurrenceArgs& a, uint8_t
     __syncthreads();  // the previous window's mask / decay reads and the snapshot stores are done
     if (w0 > publish.published) publish(w0);
     for (int i = threadIdx.x; i < wn; i += blockDim.x) {
-      mask[i] = a.head_mask[ev_base + w0 + i];
-      decay[i] = a.chunk_decay[ev_base + w0 + i];
+      mask[i] = a.mask[mask_row(a, place.ev_base, place.hv, n) + w0 + i] == 1;
+      decay[i] = a.chunk_decay[place.ev_base + w0 + i];
     }
     __syncthreads();
     auto next_selected = [&](int from) {
@@ -2281,7 +2312,9 @@ __global__ void trace_print_kernel(int blocks) {
 // Every form has one more warp than its NW math warps: the producer, which issues the copies and the
 // snapshots' tensor copies and waits for them.
 // (Two 64-column blocks per multiprocessor cap the registers: the 8-warp 64-column form, reached only through
-// measuring aids, spills a few dozen bytes since it has the producer warp.)
+// measuring aids, spills a few dozen bytes since it has the producer warp.) The 2-stage Wg block (the dense
+// selector's at B = 1) has to stay at 88 registers or fewer, so that a dense output block fits beside it (see
+// output_wg_kernel): at 89, with one more 64-bit index live across the event loop, it did not.
 template <int NS, bool VOut, int VT, int NW, bool Wg>
 __global__ void __launch_bounds__(NW * 32 + 32, VT == 64 ? 2 : 0)  // 64: two blocks per multiprocessor
     recurrence_tc_kernel(RecurrenceArgs a, bf16* u_all, const bf16* w_all,
@@ -2308,7 +2341,7 @@ __global__ void __launch_bounds__(NW * 32 + 32, VT == 64 ? 2 : 0)  // 64: two bl
   // later ones find W and K in L2.
   wait_for_previous_grid();  // the selection (and the pre-pass before it) complete
   const ChainPlace place = chain_place<kTiles>(a);
-  const int64_t s = place.s, n = place.n, slot_base = place.slot_base, ev_base = place.ev_base;
+  const int64_t s = place.s, n = place.n, slot_base = place.slot_base;
   const int hv = place.hv, tile = place.tile;
   const int col0 = tile * VT;
   const int V = kD;
@@ -2326,8 +2359,9 @@ __global__ void __launch_bounds__(NW * 32 + 32, VT == 64 ? 2 : 0)  // 64: two bl
     mbar_init_fence();
   }
   // Every block of this grid is resident once all have passed here, and the kernels before it are complete:
-  // the output stage may launch beside it (its blocks wait on `progress`, never the other way round, so no
-  // block can starve this grid; they read the pre-pass's results at once).
+  // the kernel after it may launch beside it (the output stage, whose blocks wait on `progress`, or with a
+  // sparse selector the mask expansion and then the output stage; never the other way round, so no block
+  // can starve this grid; they read the selection's and the pre-pass's results at once).
   let_next_grid_start();
   // (The warpgroup form with more than 2 stages publishes from the producer warp; the others from warp 0: the
   // two changes of v43 together measured ~1.5 % slower at 128K dense, whose 2-stage copies have one event's
@@ -2463,7 +2497,7 @@ __global__ void __launch_bounds__(NW * 32 + 32, VT == 64 ? 2 : 0)  // 64: two bl
   int64_t safe_upto = 0;
   float sb_scale = 1.f;  // the state is sb_scale x the state that Sb holds (skipped chunks since the event)
   const float pending = for_each_event<NS>(
-      a, sm.mask, sm.decay, n, ev_base, publish, fetch, wait, write_snapshot, drain,
+      a, sm.mask, sm.decay, n, place, publish, fetch, wait, write_snapshot, drain,
       tile == 0 ? a.snapshot_chunk + slot_base : nullptr,
       // The skipped chunks' decay into the state; Sb (the last event's snapshot, not yet copied out) stays,
       // and the next event's W Sb is scaled by it instead (W (e^p S) = e^p (W S), rounded differently: the
@@ -2759,7 +2793,7 @@ __global__ void __launch_bounds__(kWgThreads)
   constexpr int kTiles = kD / kWgCols, kFlags = kWgCols / kTcTile;
   wait_for_previous_grid();
   const ChainPlace place = chain_place<kTiles>(a);
-  const int64_t s = place.s, n = place.n, slot_base = place.slot_base, ev_base = place.ev_base;
+  const int64_t s = place.s, n = place.n, slot_base = place.slot_base;
   const int hv = place.hv, tile = place.tile;
   const int col0 = tile * kWgCols;
   const int h = hv / (a.HV / a.H);
@@ -2816,7 +2850,7 @@ __global__ void __launch_bounds__(kWgThreads)
   int64_t slot = 0;
   auto wait = [](int, int inflight) { cp_async_wait_but(inflight - 1); };
   const float pending = for_each_event<NS>(
-      a, sm.mask, sm.decay, n, ev_base, publish, fetch, wait, write_snapshot, [] {},
+      a, sm.mask, sm.decay, n, place, publish, fetch, wait, write_snapshot, [] {},
       tile == 0 ? a.snapshot_chunk + slot_base : nullptr,
       [&](float carried, auto flush_snapshot) {  // the skipped chunks' decay into the state and Sb
         for (int mt = 0; mt < 2; ++mt)
@@ -2913,9 +2947,10 @@ struct alignas(1024) OutWgSmem {
   uint64_t bar[3];  // the tensor copies of Q, K, γ; of W, U; of the snapshot (not VIn)
 };
 
-// Each output block ends here. The last one to finish waits for the recurrence grid to complete, so that the
-// output grid completes after it and the work behind it in the stream may rely on both (the other blocks
-// leave at once: their multiprocessors go to the next output blocks while the recurrence runs).
+// Each output block ends here. The last one to finish waits for the grid before it (the recurrence, or the
+// mask expansion beside it, whose last block waits for the recurrence) to complete, so that the output grid
+// completes after the recurrence and the work behind it in the stream may rely on all of them (the other
+// blocks leave at once: their multiprocessors go to the next output blocks while the recurrence runs).
 __device__ __forceinline__ void finish_output_block(int32_t* blocks_done) {
   if (threadIdx.x == 0 && atomicAdd(blocks_done, 1) == int32_t(gridDim.x) - 1) wait_for_previous_grid();
 }
@@ -2939,23 +2974,21 @@ __device__ __forceinline__ void store_tile_bf16_in(bf16* dst, At at, int m0, int
 
 // Runs (G = 1, not VIn): each block takes a run of a.G chunks (the table's groups), each chunk from its own
 // start state, whose record (snapshot slot, pending decay) is per chunk.
-template <class Out, bool VIn, bool Runs, bool Wg>
-__global__ void __launch_bounds__(kOutThreads, Wg ? 2 : 0)  // Wg: two blocks per multiprocessor
-    output_tc_kernel(OutputArgs a, const bf16* u_all, const bf16* w_all,
-                     const __grid_constant__ RecTmaMaps tma) {
+// The kernels are output_tc_kernel (mma.sync) and output_wg_kernel (the warpgroup form), below.
+template <class Out, bool VIn, bool Runs, bool Wg, bool Tma>
+__device__ __forceinline__ void output_tc_block(OutputArgs a, const bf16* u_all, const bf16* w_all,
+                                                const RecTmaMaps& tma) {
   static_assert(!(VIn && Runs), "v through memory takes one chunk per block");
+  static_assert(!Tma || (Wg && !VIn), "tensor copies only in the warpgroup form without v from memory");
   // The copies unrolled, except where the blocks run beside a dense recurrence (VIn): issued back to back
   // there, they slowed the chains beside them by more than the blocks gained (dense 32K 1.44 → 1.50 ms,
   // packed and sparse runs 1-2 % faster). The warpgroup blocks (Wg) unroll them everywhere: their loop form
   // spilled 116 bytes at 128 registers (v35), and the B = 1 dense runs beside the chains measured no slower.
   constexpr bool kUnrolled = !VIn || Wg;
   constexpr int kUnroll = kUnrolled ? 8 : 1;  // the same for the stores of O
-  // The warpgroup blocks of runs (sparse selectors, G = 1) take their tiles by tensor copies (issued by
-  // thread 0, each group completing on its mbarrier, whose phase the block counts); the others by every
-  // thread's cp.async. Side by side against cp.async (v49, ms): sparse 4 x 8K 0.844 → 0.822, 0.831, 2 x 16K
-  // 0.869 → 0.852, 0.868, B = 1 within the spread; the dense blocks of one chunk beside the chains (B = 1)
-  // 0.8-1.3 % slower by the speedup (16K 1.561 → 1.539-1.550, 32K 1.629 → 1.614-1.620), so not there.
-  constexpr bool kTma = Wg && !VIn && Runs;
+  // Tma: the tiles by tensor copies (issued by thread 0, each group completing on its mbarrier, whose phase
+  // the block counts), else by every thread's cp.async; see output_variant for where.
+  constexpr bool kTma = Tma;
   // Blocks in the group table's order (the value heads of one group side by side; a packed batch's sequences
   // round-robin, see table_kernel), so that the blocks the scheduler hands out while the recurrence runs are
   // the ones its progress reaches first.
@@ -3027,9 +3060,15 @@ __global__ void __launch_bounds__(kOutThreads, Wg ? 2 : 0)  // Wg: two blocks pe
       cp_async_commit();
     }
   };
-  // The group's record (written with the mask, before the recurrence began): the snapshot it starts from and
-  // e^{pending}, a factor that the first chunk applies to Q̃ (and that S_loc takes in fp32 when G > 1).
+  // The group's record (written by the mask expansion: before the recurrence began, or beside it, then
+  // waited for here): the snapshot it starts from and e^{pending}, a factor that the first chunk applies to
+  // Q̃ (and that S_loc takes in fp32 when G > 1).
   const int64_t rec0 = runs ? (gi.chunk0 + first) * a.HV + hv : gid * a.HV + hv;
+  if (a.records_expected > 0) {  // the records written beside the recurrence: wait until all are
+    if (threadIdx.x == 0)
+      while (acquire_progress(a.records_done) < a.records_expected) __nanosleep(128);
+    __syncthreads();
+  }
   const int32_t start_slot = __ldcg(a.group_slot + rec0);
   float carried = exp_ftz(__ldcg(a.group_log_decay + rec0));
   // Runs: the next chunk's record, loaded a chunk ahead; the slot of the snapshot in sm.sb.
@@ -3135,7 +3174,7 @@ __global__ void __launch_bounds__(kOutThreads, Wg ? 2 : 0)  // Wg: two blocks pe
         wu_behind = 1;
       }
       load_record(c + 1);
-    } else if (c > first) {  // G > 1 (never with tensor copies, which only runs take)
+    } else if (c > first) {  // G > 1: never the warpgroup form, so never tensor copies
       fetch_qk(c);
       fetch_wu(c);
     }
@@ -3351,6 +3390,23 @@ __global__ void __launch_bounds__(kOutThreads, Wg ? 2 : 0)  // Wg: two blocks pe
   }
   finish_output_block(a.blocks_done);
 }
+template <class Out, bool VIn, bool Runs>
+__global__ void __launch_bounds__(kOutThreads)
+    output_tc_kernel(OutputArgs a, const bf16* u_all, const bf16* w_all,
+                     const __grid_constant__ RecTmaMaps tma) {
+  output_tc_block<Out, VIn, Runs, false, false>(a, u_all, w_all, tma);
+}
+// Two blocks per multiprocessor, at most 128 registers; the dense selector's (no tensor copies, runs or v
+// from memory, see output_variant) at most 120, so that one fits beside a dense 2-stage recurrence block of 9
+// warps at up to 88 (the multiprocessor's quarter that holds three of its warps and two of this block's: 3 x
+// 88 + 2 x 120 = 504 of 512 registers a lane). At 123, after a change elsewhere (two fields more in
+// OutputArgs), it no longer fitted there and the dense forwards at B = 1 were 10-14 % slower.
+template <class Out, bool VIn, bool Runs, bool Tma>
+__global__ void __launch_bounds__(kOutThreads) __maxnreg__(!Tma && !Runs && !VIn ? 120 : 128)
+    output_wg_kernel(OutputArgs a, const bf16* u_all, const bf16* w_all,
+                     const __grid_constant__ RecTmaMaps tma) {
+  output_tc_block<Out, VIn, Runs, true, Tma>(a, u_all, w_all, tma);
+}
 
 // ---- the dense selector's recurrence and outputs in one pass (G = 1, packed batches: see fused_warpgroups).
 // Every chunk is an event, and a block computes the chunk's output from the state the chunk starts from while
@@ -3535,7 +3591,7 @@ __global__ void __launch_bounds__(128 * WG, 1)
   constexpr int kThreadsB = 128 * WG, kCols = 64 * WG, kTiles = kD / kCols, kFlags = kCols / kTcTile;
   wait_for_previous_grid();
   const ChainPlace place = chain_place<kTiles>(a);
-  const int64_t s = place.s, n = place.n, slot_base = place.slot_base, ev_base = place.ev_base;
+  const int64_t s = place.s, n = place.n, slot_base = place.slot_base;
   const int hv = place.hv, tile = place.tile;
   const int g = int(threadIdx.x) >> 7, wt = int(threadIdx.x) & 127;  // warpgroup, thread in it
   const int col0 = tile * kCols + g * 64;                            // this warpgroup's V columns
@@ -3569,7 +3625,7 @@ __global__ void __launch_bounds__(128 * WG, 1)
   int64_t slot = 0;
   auto wait = [](int, int inflight) { cp_async_wait_but(inflight - 1); };
   const float pending = for_each_event<NS>(
-      a, sm.mask, sm.decay, n, ev_base, publish, fetch, wait, write_snapshot, [] {},
+      a, sm.mask, sm.decay, n, place, publish, fetch, wait, write_snapshot, [] {},
       tile == 0 ? a.snapshot_chunk + slot_base : nullptr,
       [](float, auto) { __trap(); },  // a skipped chunk: never, the dense selector keeps every one
       [&](int buf, int64_t c, float big_gamma, auto flush_snapshot, auto fetch_next) {
@@ -3997,21 +4053,40 @@ bool v_through_memory(const Problem& p, int columns) {
   return columns == 64;
 }
 // Whether the tensor-core output blocks compute with warpgroup products (wgmma, operands in sw128 tiles:
-// output_tc_kernel's Wg) rather than mma.sync: with G = 1, the only form they have. Measured: see
+// output_wg_kernel) rather than mma.sync: with G = 1, the only form they have. Measured: see
 // experiments/perf/NOTES.md, v35. SGDN_CUDA_OUT_WG=0 keeps mma.sync (a measuring aid).
 bool output_wgmma(const Problem& p) {
   return p.group == 1 && measuring_switch("SGDN_CUDA_OUT_WG") != 0;
 }
-// The output kernel for the output dtype, v read from the recurrence (VIn) or runs of chunks.
+// The output kernel for the output dtype, v read from the recurrence (VIn) or runs of chunks, its tiles by
+// tensor copies or not. The warpgroup blocks without VIn take them by tensor copies except a dense
+// selector's (one chunk each, beside the chains at B = 1), which measured faster with cp.async: side by side
+// against cp.async (v49, ms): sparse runs 4 x 8K 0.844 → 0.822, 0.831, 2 x 16K 0.869 → 0.852, 0.868, B = 1
+// within the spread; the dense blocks 0.8-1.3 % slower by the speedup (16K 1.561 → 1.539-1.550, 32K 1.629 →
+// 1.614-1.620); the sparse blocks of one chunk (4K, 8K) in the results files 1.62x / 1.78x without (v50),
+// 1.66x / 1.81x with (v49).
+// One output kernel by its form: Wg, the warpgroup one (with tensor copies where Tma), else mma.sync.
+template <bool Wg, class Out, bool VIn, bool Runs, bool Tma>
+auto output_kernel() {
+  if constexpr (Wg)
+    return tc::output_wg_kernel<Out, VIn, Runs, Tma>;
+  else
+    return tc::output_tc_kernel<Out, VIn, Runs>;
+}
 template <bool Wg>
-auto output_variant(bool out_bf16, bool v_in, bool runs) {
-  using tc::output_tc_kernel;
-  return v_in   ? (out_bf16 ? output_tc_kernel<__nv_bfloat16, true, false, Wg>
-                            : output_tc_kernel<float, true, false, Wg>)
-         : runs ? (out_bf16 ? output_tc_kernel<__nv_bfloat16, false, true, Wg>
-                            : output_tc_kernel<float, false, true, Wg>)
-                : (out_bf16 ? output_tc_kernel<__nv_bfloat16, false, false, Wg>
-                            : output_tc_kernel<float, false, false, Wg>);
+auto output_variant(bool out_bf16, bool v_in, bool runs, bool dense) {
+  constexpr bool kCopies = Wg;  // tensor copies where the form has them
+  if (v_in)
+    return out_bf16 ? output_kernel<Wg, __nv_bfloat16, true, false, false>()
+                    : output_kernel<Wg, float, true, false, false>();
+  if (runs)
+    return out_bf16 ? output_kernel<Wg, __nv_bfloat16, false, true, kCopies>()
+                    : output_kernel<Wg, float, false, true, kCopies>();
+  if (!dense)
+    return out_bf16 ? output_kernel<Wg, __nv_bfloat16, false, false, kCopies>()
+                    : output_kernel<Wg, float, false, false, kCopies>();
+  return out_bf16 ? output_kernel<Wg, __nv_bfloat16, false, false, false>()
+                  : output_kernel<Wg, float, false, false, false>();
 }
 // Chunks per output block of the tensor-core path with G = 1 and a sparse selector (the dense one with G = 1
 // reads v from the recurrence, one chunk per block): each block takes a run of chunks, each from its own
@@ -4064,7 +4139,9 @@ int fused_warpgroups(const Problem& p, int multiprocessors, int columns) {
 // threshold's marking kernels plainly): each one's launch overlaps the end of the one before, without
 // the gap of a plain launch. The tensor-core output stage goes further: its blocks wait on the recurrence's
 // progress flags, so each starts as soon as its group's snapshot exists, on the multiprocessors the
-// recurrence leaves free (the recurrence never waits on it, so no launch order can deadlock).
+// recurrence leaves free (the recurrence never waits on it, so no launch order can deadlock). With a sparse
+// selector on the tensor-core path the mask expansion comes between them without waiting for the recurrence
+// (see expand_mask_kernel).
 // SGDN_CUDA_SERIAL_OUTPUTS=1 launches every kernel plainly (a measuring aid).
 template <class... Params, class... Args>
 std::string launch_kernel(const char* name, void (*kernel)(Params...), dim3 grid, int threads, size_t smem,
@@ -4274,7 +4351,7 @@ std::string forward(const Problem& p, const DeviceTensors& t, void* workspace, s
 
   // The dense selector keeps every event: its mask, budgets and (zero) scores need nothing from the pre-pass.
   const bool no_scores = p.score == ScoreKind::none;
-  auto expand_mask = [&](const uint8_t* unit_mask, float* zero_score) {
+  auto expand_mask = [&](const uint8_t* unit_mask, float* zero_score, int32_t* records_done) {
     const ExpandMaskArgs args{ws.chunk_offset,
                               chunk_runs ? ws.chunk_offset : ws.group_offset,
                               HV,
@@ -4286,12 +4363,13 @@ std::string forward(const Problem& p, const DeviceTensors& t, void* workspace, s
                               budget,
                               zero_score,
                               ws.group_slot,
-                              ws.group_log_decay};
+                              ws.group_log_decay,
+                              records_done};
     return launch_kernel("expand_mask_kernel", expand_mask_kernel, dim3(unsigned(S), unsigned(HV)), kThreads,
                          0, stream, true, args);
   };
   if (dense)
-    if (std::string e = expand_mask(nullptr, no_scores ? head_score : nullptr); !e.empty()) return e;
+    if (std::string e = expand_mask(nullptr, no_scores ? head_score : nullptr, nullptr); !e.empty()) return e;
 
   timer.mark("table");
   // 2. pre-pass
@@ -4419,8 +4497,12 @@ std::string forward(const Problem& p, const DeviceTensors& t, void* workspace, s
       SGDN_TRY_LAUNCH("mark_threshold_kernel");
       break;
   }
-  if (!dense)
-    if (std::string e = expand_mask(ws.unit_mask, nullptr); !e.empty()) return e;
+  // A sparse selector's mask expansion: on the tensor-core path beside the recurrence, which reads the unit
+  // mask itself (the expansion's ~7 µs at 16K, and a launch's handoff, off the path to the chains), else
+  // before it.
+  const bool expand_beside = use_tc && !dense;
+  if (!dense && !expand_beside)
+    if (std::string e = expand_mask(ws.unit_mask, nullptr, nullptr); !e.empty()) return e;
 
   timer.mark("selection");
   // The output stage's arguments (read by the recurrence too where it computes the outputs).
@@ -4467,6 +4549,12 @@ std::string forward(const Problem& p, const DeviceTensors& t, void* workspace, s
                      ws.snapshot_count,
                      t.final_state,
                      ws.progress};
+  if (expand_beside) {
+    rec.mask = ws.unit_mask;
+    rec.mask_heads = HV / units;
+    out.records_done = ws.records_done;
+    out.records_expected = int32_t(S * HV);
+  }
   if (fused) {
     using tc::recurrence_out_wg_kernel, tc::recurrence_out_ws_kernel;
     const auto kernel =
@@ -4505,6 +4593,8 @@ std::string forward(const Problem& p, const DeviceTensors& t, void* workspace, s
                : launch_recurrence<float>(p, rec, rec_grid, stream);
   }
   if (!err.empty()) return err;
+  if (expand_beside)
+    if (std::string e = expand_mask(ws.unit_mask, nullptr, ws.records_done); !e.empty()) return e;
 
 #ifdef SGDN_TRACE_CHAIN
   if (use_tc && !fused)
@@ -4520,10 +4610,11 @@ std::string forward(const Problem& p, const DeviceTensors& t, void* workspace, s
     const dim3 grid{unsigned((nmax + S * (out_group - 1) + out_group - 1) / out_group * HV), 1u, 1u};
     const bool wg = output_wgmma(p);
     const size_t smem = tc::output_tc_smem(p.group > 1, wg);
-    const auto out_kernel = wg ? output_variant<true>(out_bf16, v_in_u, chunk_runs)
-                               : output_variant<false>(out_bf16, v_in_u, chunk_runs);
-    err = launch_kernel("output_tc_kernel", out_kernel, grid, tc::kOutThreads, smem, stream, true, out, u_tc,
-                        w_tc, maps);
+    const bool dense = p.selector == SelectorKind::dense;
+    const auto out_kernel = wg ? output_variant<true>(out_bf16, v_in_u, chunk_runs, dense)
+                               : output_variant<false>(out_bf16, v_in_u, chunk_runs, dense);
+    err = launch_kernel(wg ? "output_wg_kernel" : "output_tc_kernel", out_kernel, grid, tc::kOutThreads, smem,
+                        stream, true, out, u_tc, w_tc, maps);
   } else if (bf16)
     err = out_bf16 ? launch_output<__nv_bfloat16, __nv_bfloat16>(p, out, out_grid, stream)
                    : launch_output<__nv_bfloat16, float>(p, out, out_grid, stream);
