@@ -2193,10 +2193,10 @@ struct Publisher {
 template <int NS, class Publish, class Fetch, class Wait, class Write, class Drain, class Rescale,
           class Event>
 __device__ __forceinline__ float for_each_event(const RecurrenceArgs& a, uint8_t* mask, float* decay,
-                                                int64_t n, const ChainPlace& place, Publish& publish,
-                                                Fetch fetch, Wait wait, Write write, Drain drain,
-                                                int32_t* chunks, Rescale rescale, Event event,
-                                                int64_t& slot) {
+                                                const ChainPlace& place, Publish& publish, Fetch fetch,
+                                                Wait wait, Write write, Drain drain, int32_t* chunks,
+                                                Rescale rescale, Event event, int64_t& slot) {
+  const int64_t n = place.n;
   int64_t snap_slot = -1;
   int32_t snap_chunk = 0;
   auto flush = [&]() {
@@ -2341,7 +2341,7 @@ __global__ void __launch_bounds__(NW * 32 + 32, VT == 64 ? 2 : 0)  // 64: two bl
   // later ones find W and K in L2.
   wait_for_previous_grid();  // the selection (and the pre-pass before it) complete
   const ChainPlace place = chain_place<kTiles>(a);
-  const int64_t s = place.s, n = place.n, slot_base = place.slot_base;
+  const int64_t s = place.s, slot_base = place.slot_base;
   const int hv = place.hv, tile = place.tile;
   const int col0 = tile * VT;
   const int V = kD;
@@ -2497,7 +2497,7 @@ __global__ void __launch_bounds__(NW * 32 + 32, VT == 64 ? 2 : 0)  // 64: two bl
   int64_t safe_upto = 0;
   float sb_scale = 1.f;  // the state is sb_scale x the state that Sb holds (skipped chunks since the event)
   const float pending = for_each_event<NS>(
-      a, sm.mask, sm.decay, n, place, publish, fetch, wait, write_snapshot, drain,
+      a, sm.mask, sm.decay, place, publish, fetch, wait, write_snapshot, drain,
       tile == 0 ? a.snapshot_chunk + slot_base : nullptr,
       // The skipped chunks' decay into the state; Sb (the last event's snapshot, not yet copied out) stays,
       // and the next event's W Sb is scaled by it instead (W (e^p S) = e^p (W S), rounded differently: the
@@ -2793,7 +2793,7 @@ __global__ void __launch_bounds__(kWgThreads)
   constexpr int kTiles = kD / kWgCols, kFlags = kWgCols / kTcTile;
   wait_for_previous_grid();
   const ChainPlace place = chain_place<kTiles>(a);
-  const int64_t s = place.s, n = place.n, slot_base = place.slot_base;
+  const int64_t s = place.s, slot_base = place.slot_base;
   const int hv = place.hv, tile = place.tile;
   const int col0 = tile * kWgCols;
   const int h = hv / (a.HV / a.H);
@@ -2850,7 +2850,7 @@ __global__ void __launch_bounds__(kWgThreads)
   int64_t slot = 0;
   auto wait = [](int, int inflight) { cp_async_wait_but(inflight - 1); };
   const float pending = for_each_event<NS>(
-      a, sm.mask, sm.decay, n, place, publish, fetch, wait, write_snapshot, [] {},
+      a, sm.mask, sm.decay, place, publish, fetch, wait, write_snapshot, [] {},
       tile == 0 ? a.snapshot_chunk + slot_base : nullptr,
       [&](float carried, auto flush_snapshot) {  // the skipped chunks' decay into the state and Sb
         for (int mt = 0; mt < 2; ++mt)
@@ -2988,7 +2988,6 @@ __device__ __forceinline__ void output_tc_block(OutputArgs a, const bf16* u_all,
   constexpr int kUnroll = kUnrolled ? 8 : 1;  // the same for the stores of O
   // Tma: the tiles by tensor copies (issued by thread 0, each group completing on its mbarrier, whose phase
   // the block counts), else by every thread's cp.async; see output_variant for where.
-  constexpr bool kTma = Tma;
   // Blocks in the group table's order (the value heads of one group side by side; a packed batch's sequences
   // round-robin, see table_kernel), so that the blocks the scheduler hands out while the recurrence runs are
   // the ones its progress reaches first.
@@ -3009,7 +3008,7 @@ __device__ __forceinline__ void output_tc_block(OutputArgs a, const bf16* u_all,
       *reinterpret_cast<Smem*>(Wg ? smem_raw + ((1024 - (smem_addr(smem_raw) & 1023)) & 1023) : smem_raw);
   // [kD][kD] fp32 behind OutSmem, only when G > 1 (never in the warpgroup form)
   float* sf = Wg ? nullptr : reinterpret_cast<float*>(smem_raw + sizeof(OutSmem));
-  if constexpr (kTma) {
+  if constexpr (Tma) {
     if (threadIdx.x == 0) {
       for (int b = 0; b < 3; ++b) mbar_init(&sm.bar[b], 1);
       mbar_init_fence();
@@ -3028,7 +3027,7 @@ __device__ __forceinline__ void output_tc_block(OutputArgs a, const bf16* u_all,
   // needs (Q, K, γ), then W and U (VIn: one group, v travels with the snapshot).
   auto fetch_qk = [&](int64_t c) {
     const auto [t0, len, cslot] = chunk_place(gi, c, kC, a.HV, hv);
-    if constexpr (kTma) {
+    if constexpr (Tma) {
       if (threadIdx.x == 0) {
         uint64_t* bar = &sm.bar[0];
         mbar_expect_bytes(bar, 2 * kTileBytes + kC * sizeof(float));
@@ -3045,7 +3044,7 @@ __device__ __forceinline__ void output_tc_block(OutputArgs a, const bf16* u_all,
     cp_async_commit();
   };
   auto fetch_wu = [&](int64_t c) {
-    if constexpr (kTma) {
+    if constexpr (Tma) {
       if (threadIdx.x == 0) {
         uint64_t* bar = &sm.bar[1];
         const int row = int(chunk_place(gi, c, kC, a.HV, hv).cslot * kC);
@@ -3086,10 +3085,10 @@ __device__ __forceinline__ void output_tc_block(OutputArgs a, const bf16* u_all,
   // block may have filled before the write.
   // (By tensor copy: after the acquire of the flags that said it is there, which a proxy fence orders before
   // the copy.)
-  uint32_t phase_qk = 0, phase_wu = 0, phase_sb = 0;  // of the mbarriers (kTma)
+  uint32_t phase_qk = 0, phase_wu = 0, phase_sb = 0;  // of the mbarriers (Tma)
   bool sb_coming = false;                             // a snapshot's tensor copy is in flight
   auto copy_snapshot = [&](int32_t slot) {
-    if constexpr (kTma) {
+    if constexpr (Tma) {
       if (threadIdx.x == 0) {
         uint64_t* bar = &sm.bar[2];
         const int row = int((slot_base + slot) * kD);
@@ -3158,8 +3157,8 @@ __device__ __forceinline__ void output_tc_block(OutputArgs a, const bf16* u_all,
   for (int64_t c = first; c < last; ++c) {
     const auto [t0, len, cslot] = chunk_place(gi, c, kC, a.HV, hv);
     if (c > first && runs) {
-      if constexpr (kTma) fence_proxy_async();  // O's stores through Q's tile before its next tensor copy
-      __syncthreads();                          // every warp is done with the chunk before's tiles
+      if constexpr (Tma) fence_proxy_async();  // O's stores through Q's tile before its next tensor copy
+      __syncthreads();                         // every warp is done with the chunk before's tiles
       fetch_qk(c);
       fetch_wu(c);
       carried = exp_ftz(next_log_decay);
@@ -3181,7 +3180,7 @@ __device__ __forceinline__ void output_tc_block(OutputArgs a, const bf16* u_all,
     // Q, K, γ of this chunk; W and U, and the first chunk's state if committed after them, may still travel.
     // (A later chunk's groups: Q, K, γ, then W and U.)
     if (c > first && !runs) qk_behind = VIn ? 0 : 1, wu_behind = 0;
-    if constexpr (kTma) {
+    if constexpr (Tma) {
       mbar_wait(&sm.bar[0], phase_qk);
       phase_qk ^= 1;
       if (len < kC) {  // the tokens after a short chunk's end, which the tensor copies bring
@@ -3214,7 +3213,7 @@ __device__ __forceinline__ void output_tc_block(OutputArgs a, const bf16* u_all,
         for (int ks = 0; ks < kC / 16; ++ks)
           for (int f = 0; f < 4; ++f) af[ks][f] = pack_bf16(x[8 * ks + 2 * f], x[8 * ks + 2 * f + 1]);
       }
-      if constexpr (kTma) {
+      if constexpr (Tma) {
         mbar_wait(&sm.bar[1], phase_wu);
         phase_wu ^= 1;
       } else {
@@ -3260,7 +3259,7 @@ __device__ __forceinline__ void output_tc_block(OutputArgs a, const bf16* u_all,
           }
         }
         rs_product(o, af, sm.u, wn);
-        if constexpr (kTma) {
+        if constexpr (Tma) {
           if (sb_coming) {
             mbar_wait(&sm.bar[2], phase_sb);
             phase_sb ^= 1;
@@ -3591,7 +3590,7 @@ __global__ void __launch_bounds__(128 * WG, 1)
   constexpr int kThreadsB = 128 * WG, kCols = 64 * WG, kTiles = kD / kCols, kFlags = kCols / kTcTile;
   wait_for_previous_grid();
   const ChainPlace place = chain_place<kTiles>(a);
-  const int64_t s = place.s, n = place.n, slot_base = place.slot_base;
+  const int64_t s = place.s, slot_base = place.slot_base;
   const int hv = place.hv, tile = place.tile;
   const int g = int(threadIdx.x) >> 7, wt = int(threadIdx.x) & 127;  // warpgroup, thread in it
   const int col0 = tile * kCols + g * 64;                            // this warpgroup's V columns
@@ -3625,7 +3624,7 @@ __global__ void __launch_bounds__(128 * WG, 1)
   int64_t slot = 0;
   auto wait = [](int, int inflight) { cp_async_wait_but(inflight - 1); };
   const float pending = for_each_event<NS>(
-      a, sm.mask, sm.decay, n, place, publish, fetch, wait, write_snapshot, [] {},
+      a, sm.mask, sm.decay, place, publish, fetch, wait, write_snapshot, [] {},
       tile == 0 ? a.snapshot_chunk + slot_base : nullptr,
       [](float, auto) { __trap(); },  // a skipped chunk: never, the dense selector keeps every one
       [&](int buf, int64_t c, float big_gamma, auto flush_snapshot, auto fetch_next) {
@@ -4058,13 +4057,6 @@ bool v_through_memory(const Problem& p, int columns) {
 bool output_wgmma(const Problem& p) {
   return p.group == 1 && measuring_switch("SGDN_CUDA_OUT_WG") != 0;
 }
-// The output kernel for the output dtype, v read from the recurrence (VIn) or runs of chunks, its tiles by
-// tensor copies or not. The warpgroup blocks without VIn take them by tensor copies except a dense
-// selector's (one chunk each, beside the chains at B = 1), which measured faster with cp.async: side by side
-// against cp.async (v49, ms): sparse runs 4 x 8K 0.844 → 0.822, 0.831, 2 x 16K 0.869 → 0.852, 0.868, B = 1
-// within the spread; the dense blocks 0.8-1.3 % slower by the speedup (16K 1.561 → 1.539-1.550, 32K 1.629 →
-// 1.614-1.620); the sparse blocks of one chunk (4K, 8K) in the results files 1.62x / 1.78x without (v50),
-// 1.66x / 1.81x with (v49).
 // One output kernel by its form: Wg, the warpgroup one (with tensor copies where Tma), else mma.sync.
 template <bool Wg, class Out, bool VIn, bool Runs, bool Tma>
 auto output_kernel() {
@@ -4073,6 +4065,13 @@ auto output_kernel() {
   else
     return tc::output_tc_kernel<Out, VIn, Runs>;
 }
+// The output kernel for the output dtype, v read from the recurrence (VIn) or runs of chunks, its tiles by
+// tensor copies or not. The warpgroup blocks without VIn take them by tensor copies except a dense
+// selector's (one chunk each, beside the chains at B = 1), which measured faster with cp.async: side by side
+// against cp.async (v49, ms): sparse runs 4 x 8K 0.844 → 0.822, 0.831, 2 x 16K 0.869 → 0.852, 0.868, B = 1
+// within the spread; the dense blocks 0.8-1.3 % slower by the speedup (16K 1.561 → 1.539-1.550, 32K 1.629 →
+// 1.614-1.620); the sparse blocks of one chunk (4K, 8K) in the results files 1.62x / 1.78x without (v50),
+// 1.66x / 1.81x with (v49).
 template <bool Wg>
 auto output_variant(bool out_bf16, bool v_in, bool runs, bool dense) {
   constexpr bool kCopies = Wg;  // tensor copies where the form has them
@@ -4610,7 +4609,6 @@ std::string forward(const Problem& p, const DeviceTensors& t, void* workspace, s
     const dim3 grid{unsigned((nmax + S * (out_group - 1) + out_group - 1) / out_group * HV), 1u, 1u};
     const bool wg = output_wgmma(p);
     const size_t smem = tc::output_tc_smem(p.group > 1, wg);
-    const bool dense = p.selector == SelectorKind::dense;
     const auto out_kernel = wg ? output_variant<true>(out_bf16, v_in_u, chunk_runs, dense)
                                : output_variant<false>(out_bf16, v_in_u, chunk_runs, dense);
     err = launch_kernel(wg ? "output_wg_kernel" : "output_tc_kernel", out_kernel, grid, tc::kOutThreads, smem,
