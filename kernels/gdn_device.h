@@ -120,5 +120,17 @@ SnapshotView snapshot_view(const Problem& p, void* workspace);
 
 const char* selector_name(SelectorKind s);
 
+// The recurrence and output kernels that forward() runs side by side for problem p on this device: the
+// recurrence's copy stages, each block's threads and each kernel's registers per thread as ptxas allocated
+// them (for the test that keeps an output block fitting beside a 2-stage recurrence block). `separate` is
+// false where forward() has no separate output stage there (no tensor cores, or the one-pass form).
+struct StageRegisters {
+  bool separate = false;
+  int stages = 0;
+  int recurrence_threads = 0, recurrence_registers = 0;
+  int output_threads = 0, output_registers = 0;
+};
+std::string stage_registers(const Problem& p, StageRegisters* r);
+
 }  // namespace cuda
 }  // namespace sgdn

@@ -3395,13 +3395,20 @@ __global__ void __launch_bounds__(kOutThreads)
                      const __grid_constant__ RecTmaMaps tma) {
   output_tc_block<Out, VIn, Runs, false, false>(a, u_all, w_all, tma);
 }
-// Two blocks per multiprocessor, at most 128 registers; the dense selector's (no tensor copies, runs or v
-// from memory, see output_variant) at most 120, so that one fits beside a dense 2-stage recurrence block of 9
-// warps at up to 88 (the multiprocessor's quarter that holds three of its warps and two of this block's: 3 x
-// 88 + 2 x 120 = 504 of 512 registers a lane). At 123, after a change elsewhere (two fields more in
-// OutputArgs), it no longer fitted there and the dense forwards at B = 1 were 10-14 % slower.
+// Two blocks per multiprocessor, at most 128 registers; at most 120 where one runs beside a 2-stage
+// 32-column recurrence block of 9 warps at up to 88 (the multiprocessor's quarter that holds three of its
+// warps and two of this block's: 3 x 88 + 2 x 120 = 504 of 512 registers a lane; test `[registers]`): the
+// dense selector's blocks (no tensor copies, runs or v from memory, see output_variant), and those with fp32
+// outputs (a capped selector's 2-stage chains at B = 1). The dense blocks at 123, after a change elsewhere
+// (two fields more in OutputArgs), no longer fitted there and the dense forwards at B = 1 were 10-14 % slower
+// (v51); the sparse runs' blocks with fp32 outputs had 121 until v52. The bf16 blocks with tensor copies
+// (96-114) keep the limit they were timed with.
 template <class Out, bool VIn, bool Runs, bool Tma>
-__global__ void __launch_bounds__(kOutThreads) __maxnreg__(!Tma && !Runs && !VIn ? 120 : 128)
+constexpr int output_wg_registers() {
+  return !VIn && (std::is_same_v<Out, float> || (!Tma && !Runs)) ? 120 : 128;
+}
+template <class Out, bool VIn, bool Runs, bool Tma>
+__global__ void __launch_bounds__(kOutThreads) __maxnreg__((output_wg_registers<Out, VIn, Runs, Tma>()))
     output_wg_kernel(OutputArgs a, const bf16* u_all, const bf16* w_all,
                      const __grid_constant__ RecTmaMaps tma) {
   output_tc_block<Out, VIn, Runs, true, Tma>(a, u_all, w_all, tma);
@@ -4110,6 +4117,33 @@ int output_run(const Problem& p, int multiprocessors) {
   const int64_t blocks_of_one = p.max_chunks() * p.v_heads, enough = int64_t(16) * multiprocessors;
   return blocks_of_one >= 4 * enough ? 4 : blocks_of_one >= 2 * enough ? 2 : 1;
 }
+
+// The recurrence and output kernels of the tensor-core path without the one-pass form (fused_warpgroups 0),
+// as forward() launches them: from the problem, the multiprocessors, the recurrence's columns and whether v
+// goes through memory.
+struct SeparateStages {
+  tc::RecurrenceVariant recurrence;
+  bool recurrence_wg;  // recurrence_wg_kernel (64-column warpgroup blocks), else recurrence_tc_kernel
+  int stages;
+  void (*output)(OutputArgs, const __nv_bfloat16*, const __nv_bfloat16*, tc::RecTmaMaps);
+  bool output_wg;  // output_wg_kernel, else output_tc_kernel
+  size_t output_smem;
+};
+SeparateStages separate_stages(const Problem& p, int multiprocessors, int rec_columns, bool v_in_u) {
+  SeparateStages k{};
+  k.recurrence_wg = recurrence_wgmma(rec_columns);
+  const int rec_warps = recurrence_warps(p, rec_columns);
+  const bool wg32 = recurrence_wg32(rec_columns, rec_warps, v_in_u);
+  k.stages = recurrence_stages(p, multiprocessors, rec_columns, wg32);
+  k.recurrence = tc::recurrence_tc_variant(k.stages, v_in_u, rec_columns, rec_warps, k.recurrence_wg, wg32);
+  k.output_wg = output_wgmma(p);
+  k.output_smem = tc::output_tc_smem(p.group > 1, k.output_wg);
+  const bool out_bf16 = p.output_dtype == DType::bfloat16;
+  const bool runs = output_run(p, multiprocessors) > 1, dense = p.selector == SelectorKind::dense;
+  k.output = k.output_wg ? output_variant<true>(out_bf16, v_in_u, runs, dense)
+                         : output_variant<false>(out_bf16, v_in_u, runs, dense);
+  return k;
+}
 // Whether the dense selector's recurrence computes the outputs in the same pass, and in which form: 0 no (the
 // separate stages), 1 or 2 recurrence_out_wg_kernel with that many warpgroups per block (64 or 128 columns),
 // 3 recurrence_out_ws_kernel (64 columns, the chain and the outputs on two warpgroups). Where the 64-column
@@ -4397,6 +4431,8 @@ std::string forward(const Problem& p, const DeviceTensors& t, void* workspace, s
   const int rec_columns = use_tc ? recurrence_columns(p, sms) : 0;
   const int fused = use_tc ? fused_warpgroups(p, sms, rec_columns) : 0;
   const bool v_in_u = use_tc && !fused && v_through_memory(p, rec_columns);
+  const SeparateStages stage_kernels =
+      use_tc && !fused ? separate_stages(p, sms, rec_columns, v_in_u) : SeparateStages{};
   auto* u_tc = reinterpret_cast<__nv_bfloat16*>(ws.u);
   auto* w_tc = reinterpret_cast<__nv_bfloat16*>(ws.w);
   std::string err;
@@ -4569,23 +4605,18 @@ std::string forward(const Problem& p, const DeviceTensors& t, void* workspace, s
                         stream, true, rec, out, u_tc, w_tc);
   } else if (use_tc) {
     const dim3 grid{unsigned(tc::recurrence_tc_blocks(p, rec_columns))};
-    // Which kernel by its own flag (recurrence_wgmma), not by its thread count.
-    const bool wg = recurrence_wgmma(rec_columns);
-    const int rec_warps = recurrence_warps(p, rec_columns);
-    const bool wg32 = recurrence_wg32(rec_columns, rec_warps, v_in_u);
-    const int stages = recurrence_stages(p, sms, rec_columns, wg32);
-    const auto [rec_kernel, rec_smem, rec_threads] =
-        tc::recurrence_tc_variant(stages, v_in_u, rec_columns, rec_warps, wg, wg32);
+    const auto [rec_kernel, rec_smem, rec_threads] = stage_kernels.recurrence;
     // A multiprocessor that runs a 2-stage recurrence block keeps all of its shared memory (228 KB)
     // configured, so that an output block fits beside it; left alone, the driver configures the least that
     // holds two recurrence blocks (196 KB), and the output block (112 KB) would wait for the recurrence to
     // leave. (Beside a 3-stage block none fits either way, and the default measured faster there.)
-    if (stages == 2)
+    if (stage_kernels.stages == 2)
       SGDN_TRY_CUDA(cudaFuncSetAttribute(rec_kernel, cudaFuncAttributePreferredSharedMemoryCarveout,
                                          int(cudaSharedmemCarveoutMaxShared)));
     // (The warpgroup blocks copy with cp.async and leave the maps unread.)
-    err = launch_kernel(wg ? "recurrence_wg_kernel" : "recurrence_tc_kernel", rec_kernel, grid, rec_threads,
-                        rec_smem, stream, true, rec, u_tc, w_tc, maps);
+    // (Which kernel by its own flag, recurrence_wgmma, not by its thread count.)
+    err = launch_kernel(stage_kernels.recurrence_wg ? "recurrence_wg_kernel" : "recurrence_tc_kernel",
+                        rec_kernel, grid, rec_threads, rec_smem, stream, true, rec, u_tc, w_tc, maps);
   } else {
     const dim3 rec_grid{unsigned(S), unsigned(HV), unsigned(vtiles)};
     err = bf16 ? launch_recurrence<__nv_bfloat16>(p, rec, rec_grid, stream)
@@ -4607,12 +4638,9 @@ std::string forward(const Problem& p, const DeviceTensors& t, void* workspace, s
   } else if (use_tc) {
     // Groups of g = out_group chunks: at most Σ ceil(n_s / g) <= (Σ n_s + S (g − 1)) / g, and Σ n_s <= nmax.
     const dim3 grid{unsigned((nmax + S * (out_group - 1) + out_group - 1) / out_group * HV), 1u, 1u};
-    const bool wg = output_wgmma(p);
-    const size_t smem = tc::output_tc_smem(p.group > 1, wg);
-    const auto out_kernel = wg ? output_variant<true>(out_bf16, v_in_u, chunk_runs, dense)
-                               : output_variant<false>(out_bf16, v_in_u, chunk_runs, dense);
-    err = launch_kernel(wg ? "output_wg_kernel" : "output_tc_kernel", out_kernel, grid, tc::kOutThreads, smem,
-                        stream, true, out, u_tc, w_tc, maps);
+    err =
+        launch_kernel(stage_kernels.output_wg ? "output_wg_kernel" : "output_tc_kernel", stage_kernels.output,
+                      grid, tc::kOutThreads, stage_kernels.output_smem, stream, true, out, u_tc, w_tc, maps);
   } else if (bf16)
     err = out_bf16 ? launch_output<__nv_bfloat16, __nv_bfloat16>(p, out, out_grid, stream)
                    : launch_output<__nv_bfloat16, float>(p, out, out_grid, stream);
@@ -4621,6 +4649,27 @@ std::string forward(const Problem& p, const DeviceTensors& t, void* workspace, s
                    : launch_output<float, float>(p, out, out_grid, stream);
   timer.mark("outputs");
   return err;
+}
+
+std::string stage_registers(const Problem& p, StageRegisters* r) {
+  *r = {};
+  if (std::string e = check_problem(p); !e.empty()) return e;
+  if (!p.uses_tensor_cores()) return {};
+  int sms = 0;
+  if (std::string e = multiprocessors(&sms); !e.empty()) return e;
+  const int rec_columns = recurrence_columns(p, sms);
+  if (fused_warpgroups(p, sms, rec_columns)) return {};
+  const SeparateStages k = separate_stages(p, sms, rec_columns, v_through_memory(p, rec_columns));
+  cudaFuncAttributes rec{}, out{};
+  SGDN_TRY_CUDA(cudaFuncGetAttributes(&rec, k.recurrence.kernel));
+  SGDN_TRY_CUDA(cudaFuncGetAttributes(&out, k.output));
+  r->separate = true;
+  r->stages = k.stages;
+  r->recurrence_threads = k.recurrence.threads;
+  r->recurrence_registers = rec.numRegs;
+  r->output_threads = tc::kOutThreads;
+  r->output_registers = out.numRegs;
+  return {};
 }
 
 }  // namespace cuda

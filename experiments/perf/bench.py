@@ -18,7 +18,7 @@ allocated memory during one call, less its outputs o and final state (measured: 
 u, h and v_new).
 
     SGDN_CUDA_LIB=build-cuda/dist/libsgdn_cuda_capi.so python3 experiments/perf/bench.py [--out DIR] [--quick]
-        [--layouts 1x32K,4x8K] [--configs sparse-default,sparse-G2] [--name BASE]
+        [--layouts 1x32K,4x8K] [--configs sparse-default,sparse-G2] [--name BASE] [--out-dtype float32]
 """
 import argparse
 import ctypes
@@ -74,12 +74,12 @@ def make_inputs(T, seed):
 class Ours:
     """One preallocated call of the C ABI (no allocation or host sync inside, so it can be graph-captured)."""
 
-    def __init__(self, lib, inputs, lengths, cfg):
+    def __init__(self, lib, inputs, lengths, cfg, out_dtype=torch.bfloat16):
         q, k, v, g, beta = inputs
         T = q.shape[1]
         self.lib = lib
         c = sgdn_cuda.make_config(lib, num_seqs=len(lengths), total_tokens=T, qk_heads=H, v_heads=HV, key_dim=K,
-                                  value_dim=V, chunk=C, **cfg)
+                                  value_dim=V, chunk=C, output_dtype=out_dtype, **cfg)
         self.config = c
         size = ctypes.c_size_t(0)
         sgdn_cuda._check(lib, lib.sgdn_cuda_workspace_size(ctypes.byref(c), ctypes.byref(size)))
@@ -89,7 +89,7 @@ class Ours:
             cu.append(cu[-1] + n)
         self.cu = torch.tensor(cu, dtype=torch.int32, device="cuda")
         self.n_chunks = sum(math.ceil(n / C) for n in lengths)
-        self.o = torch.empty((1, T, HV, V), dtype=torch.bfloat16, device="cuda")
+        self.o = torch.empty((1, T, HV, V), dtype=out_dtype, device="cuda")
         self.final = torch.empty((len(lengths), HV, K, V), dtype=torch.float32, device="cuda")
         self.mask = torch.empty(self.n_chunks * HV, dtype=torch.uint8, device="cuda")
         self.score = torch.empty(self.n_chunks * HV, dtype=torch.float32, device="cuda")
@@ -118,8 +118,9 @@ class Ours:
         return (snapshots, uw, self.workspace.numel()), kept / max(1, self.mask.numel())
 
 
-def time_graph(calls, warmup=3, repeats=20):
-    """Captures one graph holding every call in `calls` (one per input set); median ms per call."""
+def time_graph(calls, warmup=3, repeats=20, plain=False):
+    """Captures one graph holding every call in `calls` (one per input set); median ms per call, and the
+    spread. plain: times the calls as plain launches instead (also where capture fails)."""
     stream = torch.cuda.Stream()
     stream.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(stream):
@@ -127,20 +128,21 @@ def time_graph(calls, warmup=3, repeats=20):
             fn()
     torch.cuda.current_stream().wait_stream(stream)
     torch.cuda.synchronize()
-    try:
-        graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph):
-            for fn in calls:
-                fn()
-        run = graph.replay
-    except Exception as exc:  # fall back to plain launches timed by events (reported on stderr)
-        print(f"graph capture failed ({exc}); timing plain launches with events", file=sys.stderr, flush=True)
-        graph = None
-        torch.cuda.synchronize()
 
-        def run():
-            for fn in calls:
-                fn()
+    def run():
+        for fn in calls:
+            fn()
+    graph = None
+    if not plain:
+        try:
+            graph = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(graph):
+                run()
+            run = graph.replay
+        except Exception as exc:  # fall back to plain launches timed by events (reported on stderr)
+            print(f"graph capture failed ({exc}); timing plain launches with events", file=sys.stderr, flush=True)
+            graph = None
+            torch.cuda.synchronize()
     for _ in range(warmup):
         run()
     torch.cuda.synchronize()
@@ -175,6 +177,8 @@ def main():
     ap.add_argument("--quick", action="store_true", help="T = 4K and 32K only")
     ap.add_argument("--layouts", help="comma-separated layout names to run (e.g. 1x32K,4x8K); default all")
     ap.add_argument("--repeats", type=int, default=20)
+    ap.add_argument("--out-dtype", choices=["bfloat16", "float32"], default="bfloat16",
+                    help="our output's dtype (FLA's stays bf16; float32 runs are a subset, never h200)")
     ap.add_argument("--name", help="base name of the result files in --out (default: h200 for the whole table, "
                     "h200_subset when --quick, --layouts or --configs narrow it, so a subset never replaces it)")
     ap.add_argument("--configs", help="comma-separated configurations (default: " + ", ".join(CONFIGS) +
@@ -199,7 +203,7 @@ def main():
                      "sgdn": os.environ.get("SGDN_REV", "working tree"), "sgdn_abi": lib.sgdn_cuda_abi_version()},
         "method": "CUDA-graph replay, median of %d replays after 3 warm-up replays; 2 rotating input sets for T <= 8K"
                   % args.repeats,
-        "shape": {"H": H, "HV": HV, "K": K, "V": V, "chunk": C, "dtype": "bfloat16"},
+        "shape": {"H": H, "HV": HV, "K": K, "V": V, "chunk": C, "dtype": "bfloat16", "ours_out_dtype": args.out_dtype},
         "configs": None,  # filled in below with those run
     }
     rows = []
@@ -244,7 +248,7 @@ def main():
         fla_bytes = n_chunks * HV * K * V * 2
         fla_out.clear()
         for cname, cfg in configs.items():
-            ours = Ours(lib, inputs[0], lengths, cfg)
+            ours = Ours(lib, inputs[0], lengths, cfg, getattr(torch, args.out_dtype))
             for extra in inputs[1:]:
                 ours.set_inputs(extra)
             ours_ms, ours_spread = time_graph([lambda i=i: ours(i) for i in range(sets)], repeats=args.repeats)
@@ -267,16 +271,20 @@ def main():
         torch.cuda.empty_cache()
     os.makedirs(args.out, exist_ok=True)
     result = dict(meta, rows=rows)
-    name = args.name or ("h200_subset" if args.quick or args.layouts or args.configs else "h200")
+    narrowed = args.quick or args.layouts or args.configs or args.out_dtype != "bfloat16"
+    name = args.name or ("h200_subset" if narrowed else "h200")
     with open(os.path.join(args.out, name + ".json"), "w") as f:
         json.dump(result, f, indent=1)
     cmd = ("SGDN_CUDA_LIB=build-cuda/dist/libsgdn_cuda_capi.so FLA_FLASH_QLA=0 "
            "python3 experiments/perf/bench.py" + (" --quick" if args.quick else "")
            + (f" --layouts {args.layouts}" if args.layouts else "") + (f" --configs {args.configs}" if args.configs else "")
+           + (f" --out-dtype {args.out_dtype}" if args.out_dtype != "bfloat16" else "")
            + (f" --name {args.name}" if args.name else ""))
     lines = [f"# SparseGDN vs FLA on {meta['device']}", "",
              f"{meta['date']}; " + ", ".join(f"{k} {v}" for k, v in meta["versions"].items()), "",
-             f"Method: {meta['method']}. H = {H}, HV = {HV}, K = V = {K}, bf16 in/out, chunk 64. "
+             f"Method: {meta['method']}. H = {H}, HV = {HV}, K = V = {K}, "
+             + ("bf16 in/out" if args.out_dtype == "bfloat16" else "bf16 in, our output float32 (FLA's bf16)")
+             + ", chunk 64. "
              "sparse-default: block_adjacent band 1, update_norm, head_budget rho 0.29 (pair), G = 1. "
              "Intermediates (MiB): our snapshots written (bf16) against FLA's h tensor, and their ratio; then our "
              "U/W (bf16), the whole workspace our C ABI asks for (worst case), and FLA's measured working memory "

@@ -976,6 +976,51 @@ TEST_CASE("CUDA backend rejects what it cannot run, naming it", "[gpu][errors]")
   CHECK_THAT(cuda::forward(p, t, nullptr, 0, nullptr), Catch::Contains("workspace"));
 }
 
+// A 2-stage recurrence block leaves room for an output block beside it only while the two blocks' registers
+// fit: a multiprocessor quarter (one scheduler) has 512 registers a lane, allocated to a warp in steps of 8 a
+// lane, and the quarter that holds most of the two blocks' warps (3 of the recurrence's 9, 2 of the output
+// block's 8) must hold them all. v51's first build had 89 and 123 registers there (3 x 96 + 2 x 128 = 544),
+// and the dense forwards at B = 1 ran 10-14 % slower (perf notes, v51). Checked at the Qwen shape for the
+// selectors that take 2-stage blocks with an output block beside them at B = 1 (dense, a capped head_budget),
+// bf16 and fp32 outputs.
+TEST_CASE("CUDA output blocks fit beside a 2-stage recurrence block", "[gpu][tc][registers]") {
+  auto allocated = [](int registers) { return (registers + 7) / 8 * 8; };
+  auto busiest_quarter = [](int threads) { return (threads / 32 + 3) / 4; };  // warps on one scheduler
+  int checked = 0;
+  for (const bool dense : {true, false})
+    for (const bool out_bf16 : {true, false})
+      for (const int64_t T : {4096, 16384, 32768, 131072}) {
+        cuda::Problem p;
+        p.total_tokens = T;
+        p.qk_heads = 16;
+        p.v_heads = 32;
+        p.key_dim = p.value_dim = 128;
+        p.input_dtype = cuda::DType::bfloat16;
+        p.output_dtype = out_bf16 ? cuda::DType::bfloat16 : cuda::DType::float32;
+        p.tensor_cores = true;
+        if (!dense) {
+          p.selector = cuda::SelectorKind::head_budget;
+          p.score = cuda::ScoreKind::update_norm;
+          p.solver_band = 1;
+          p.rho = 0.29;
+          p.max_fraction = 0.4;
+        }
+        cuda::StageRegisters r;
+        REQUIRE(cuda::stage_registers(p, &r).empty());
+        INFO((dense ? "dense" : "capped head_budget")
+             << ", T " << T << (out_bf16 ? ", bf16" : ", fp32") << " out: " << r.stages
+             << " stages, recurrence " << r.recurrence_threads << " threads x " << r.recurrence_registers
+             << " registers, output " << r.output_threads << " x " << r.output_registers);
+        REQUIRE(r.separate);
+        if (r.stages != 2) continue;
+        ++checked;
+        CHECK(busiest_quarter(r.recurrence_threads) * allocated(r.recurrence_registers) +
+                  busiest_quarter(r.output_threads) * allocated(r.output_registers) <=
+              512);
+      }
+  CHECK(checked == 16);  // both selectors take 2-stage 32-column blocks at B = 1 at every T here
+}
+
 // A small case for compute-sanitizer (memcheck, racecheck): every stage, a ragged chunk, G = 2, snapshots.
 TEST_CASE("CUDA small sparse case for the sanitizers", "[gpu][small]") {
   const Shape shape = make_shape(2, 100, 1, 2, 32, 32);
