@@ -4164,6 +4164,23 @@ int fused_warpgroups(const Problem& p, int multiprocessors, int columns) {
   if (columns != 64 || !recurrence_wgmma(columns)) return 0;
   return tc::recurrence_tc_blocks(p, 64) > multiprocessors ? 2 : 3;
 }
+// The tensor-core path's kernels for problem p: the recurrence's columns, the one-pass form
+// (fused_warpgroups), whether v goes through memory, and without the one-pass form the separate recurrence
+// and output kernels. forward() launches these, and stage_registers reads their registers.
+struct TcPlan {
+  int rec_columns = 0;
+  int fused = 0;
+  bool v_in_u = false;
+  SeparateStages separate{};  // fused == 0 only
+};
+TcPlan tc_plan(const Problem& p, int multiprocessors) {
+  TcPlan t;
+  t.rec_columns = recurrence_columns(p, multiprocessors);
+  t.fused = fused_warpgroups(p, multiprocessors, t.rec_columns);
+  t.v_in_u = !t.fused && v_through_memory(p, t.rec_columns);
+  if (!t.fused) t.separate = separate_stages(p, multiprocessors, t.rec_columns, t.v_in_u);
+  return t;
+}
 // Launches `kernel` (named `name` in errors) with its dynamic shared memory. early: programmatic dependent
 // launch, the kernel's blocks may be placed while the kernel before it in the stream still runs (from the
 // moment all of that kernel's blocks have called let_next_grid_start(), or have exited); the kernel calls
@@ -4428,11 +4445,9 @@ std::string forward(const Problem& p, const DeviceTensors& t, void* workspace, s
                    ws.chunk_decay,
                    statistic};
   const dim3 chunk_grid{unsigned(nmax), unsigned(HV), 1u};
-  const int rec_columns = use_tc ? recurrence_columns(p, sms) : 0;
-  const int fused = use_tc ? fused_warpgroups(p, sms, rec_columns) : 0;
-  const bool v_in_u = use_tc && !fused && v_through_memory(p, rec_columns);
-  const SeparateStages stage_kernels =
-      use_tc && !fused ? separate_stages(p, sms, rec_columns, v_in_u) : SeparateStages{};
+  const TcPlan plan = use_tc ? tc_plan(p, sms) : TcPlan{};
+  const int rec_columns = plan.rec_columns, fused = plan.fused;
+  const SeparateStages& stage_kernels = plan.separate;
   auto* u_tc = reinterpret_cast<__nv_bfloat16*>(ws.u);
   auto* w_tc = reinterpret_cast<__nv_bfloat16*>(ws.w);
   std::string err;
@@ -4657,9 +4672,9 @@ std::string stage_registers(const Problem& p, StageRegisters* r) {
   if (!p.uses_tensor_cores()) return {};
   int sms = 0;
   if (std::string e = multiprocessors(&sms); !e.empty()) return e;
-  const int rec_columns = recurrence_columns(p, sms);
-  if (fused_warpgroups(p, sms, rec_columns)) return {};
-  const SeparateStages k = separate_stages(p, sms, rec_columns, v_through_memory(p, rec_columns));
+  const TcPlan plan = tc_plan(p, sms);
+  if (plan.fused) return {};
+  const SeparateStages& k = plan.separate;
   cudaFuncAttributes rec{}, out{};
   SGDN_TRY_CUDA(cudaFuncGetAttributes(&rec, k.recurrence.kernel));
   SGDN_TRY_CUDA(cudaFuncGetAttributes(&out, k.output));
