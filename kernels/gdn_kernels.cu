@@ -75,8 +75,8 @@ struct alignas(16) ChunkInfo {
 struct alignas(16) GroupInfo {
   int32_t s, first, n, chunk0;  // sequence, its first chunk in this group, its chunks, its first chunk's id
   int32_t seq_start, seq_len;
-  int32_t id;  // the group's index in the per-(group, value head) records (group_slot, group_log_decay)
-  int32_t unused;
+  int32_t id;     // the group's index in the per-(group, value head) records (group_slot, group_log_decay)
+  int32_t count;  // the group's chunks (G, fewer at the sequence's end; runs: see group_split)
 };
 __device__ __forceinline__ ChunkInfo load_chunk_info(const ChunkInfo* table, int64_t id) {
   const int4 x = *reinterpret_cast<const int4*>(table + id);
@@ -85,7 +85,7 @@ __device__ __forceinline__ ChunkInfo load_chunk_info(const ChunkInfo* table, int
 __device__ __forceinline__ GroupInfo load_group_info(const GroupInfo* table, int64_t at) {
   const int4 x = reinterpret_cast<const int4*>(table + at)[0],
              y = reinterpret_cast<const int4*>(table + at)[1];
-  return {x.x, x.y, x.z, x.w, y.x, y.y, y.z, 0};
+  return {x.x, x.y, x.z, x.w, y.x, y.y, y.z, y.w};
 }
 // Chunk c (within its sequence) of an output group: its first token, its tokens (at most C), and its slot in
 // the per-(chunk, value head) arrays (γ, U, W) for value head hv.
@@ -236,6 +236,7 @@ struct TableArgs {
   const int32_t* cu_seqlens;
   int64_t num_seqs, total, nmax;
   int chunk, group;
+  int tail;  // output runs (G = 1): a sequence's last `tail` chunks one per group (group_split)
   int32_t *seq_start, *seq_len, *chunk_offset, *group_offset;
   ChunkInfo* chunks;
   GroupInfo* groups;
@@ -262,6 +263,19 @@ __device__ __forceinline__ int32_t owner_of(const int32_t* offset, int32_t count
   return lo;
 }
 
+// A sequence of n chunks in output groups: groups of G chunks over its first n − L chunks, then its last L =
+// min(n, tail) one per group. (Output runs, G = 1: a run takes its chunks one after another, each once the
+// chain has passed it, so the run that holds the sequence's last chunk would end after the chain does; a
+// chunk alone has its operands ready when its state arrives. L = 1 measured 0.2-0.6 % faster from 16K on;
+// more than one, slower in the packed batches, see output_tail.)
+struct GroupSplit {
+  int32_t head, tail_from, groups;  // groups of G, the first chunk taken alone, all groups
+};
+__device__ __forceinline__ GroupSplit group_split(int32_t n, int group, int tail) {
+  const int32_t alone = n < tail ? n : int32_t(tail), head = (n - alone + group - 1) / group;
+  return {head, n - alone, head + alone};
+}
+
 __global__ void __launch_bounds__(kTableThreads) table_kernel(TableArgs a) {
   let_next_grid_start();  // the next kernel's blocks may be placed (they wait for this one to complete)
   using Scan = cub::BlockScan<int32_t, kTableThreads>;
@@ -286,7 +300,8 @@ __global__ void __launch_bounds__(kTableThreads) table_kernel(TableArgs a) {
     const int32_t end = max(begin, x);
     __syncthreads();
     const int32_t len = real ? end - begin : 0;
-    const int32_t n = int32_t((int64_t(len) + a.chunk - 1) / a.chunk), groups = (n + a.group - 1) / a.group;
+    const int32_t n = int32_t((int64_t(len) + a.chunk - 1) / a.chunk);
+    const int32_t groups = group_split(n, a.group, a.tail).groups;
     int32_t c_before = 0, g_before = 0, c_all = 0, g_all = 0;
     Scan(scan).ExclusiveSum(n, c_before, c_all);
     __syncthreads();
@@ -331,14 +346,17 @@ __global__ void __launch_bounds__(kTableThreads) table_kernel(TableArgs a) {
     if (i < groups) {
       const int32_t s = owner_of(a.group_offset, S, i), g = i - a.group_offset[s];
       const int32_t place = g < m ? g * S + s : m * S + (a.group_offset[s] - s * m) + (g - m);
+      const int32_t n = a.chunk_offset[s + 1] - a.chunk_offset[s];
+      const GroupSplit split = group_split(n, a.group, a.tail);
+      const int32_t first = g < split.head ? g * a.group : split.tail_from + (g - split.head);
       a.groups[place] = {s,
-                         g * a.group,
-                         a.chunk_offset[s + 1] - a.chunk_offset[s],
+                         first,
+                         n,
                          a.chunk_offset[s],
                          a.seq_start[s],
                          a.seq_len[s],
                          i,
-                         0};
+                         g < split.head ? min(a.group, split.tail_from - first) : 1};
     } else {
       a.groups[i] = {-1, 0, 0, 0, 0, 0, 0, 0};
     }
@@ -1144,7 +1162,7 @@ __global__ void __launch_bounds__(kThreads) output_kernel(OutputArgs a) {
   const int K = a.K, V = a.V, C = a.C, VT = a.VT;
   const int h = hv / (a.HV / a.H);
   const int64_t s = gi.s, n = gi.n, first = gi.first;
-  const int64_t last = min_i64(n, first + a.G);
+  const int64_t last = first + gi.count;
   const int64_t slot_base = snapshot_slot_base(gi.chunk0, s, a.HV, hv, n);
 
   extern __shared__ float smem[];
@@ -3000,7 +3018,7 @@ __device__ __forceinline__ void output_tc_block(OutputArgs a, const bf16* u_all,
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, gq = lane >> 2, tq = lane & 3;
   const int wm = (warp & 3) * 16, wn = (warp >> 2) * 64;
   const int64_t s = gi.s, n = gi.n, first = gi.first;
-  const int64_t last = min_i64(n, first + a.G);
+  const int64_t last = first + gi.count;
   const int64_t slot_base = snapshot_slot_base(gi.chunk0, s, a.HV, hv, n);
   extern __shared__ __align__(16) unsigned char smem_raw[];
   using Smem = std::conditional_t<Wg, OutWgSmem, OutSmem>;
@@ -4118,6 +4136,16 @@ int output_run(const Problem& p, int multiprocessors) {
   return blocks_of_one >= 4 * enough ? 4 : blocks_of_one >= 2 * enough ? 2 : 1;
 }
 
+// How many of a sequence's last chunks the output stage takes one per block where it takes runs
+// (group_split). One: side by side with none (2026-12-02 08:11Z, sparse-default, ms) 16K 0.4806 → 0.4796, 2 x
+// 16K 0.8528 → 0.8476, 4 x 8K 0.8194 → 0.8168, 128K 3.595 → 3.573, 32K unchanged; two, four and eight: 4 x 8K
+// 0.845-0.864, 2 x 16K 0.850-0.856, 128K 3.65-3.71 (16K 0.478-0.480). SGDN_CUDA_OUT_TAIL=0-9 sets it (a
+// measuring aid).
+int output_tail() {
+  const int forced = measuring_switch("SGDN_CUDA_OUT_TAIL");
+  return forced >= 0 ? forced : 1;
+}
+
 // The recurrence and output kernels of the tensor-core path without the one-pass form (fused_warpgroups 0),
 // as forward() launches them: from the problem, the multiprocessors, the recurrence's columns and whether v
 // goes through memory.
@@ -4380,6 +4408,7 @@ std::string forward(const Problem& p, const DeviceTensors& t, void* workspace, s
   const int run = output_run(p, sms);
   const bool chunk_runs = run > 1;
   const int out_group = chunk_runs ? run : int(p.group);
+  const int out_tail = chunk_runs ? output_tail() : 0;
   // Only the selectors that mark some events keep a unit mask; the tensor-core stages' flags start at zero.
   const bool dense = p.selector == SelectorKind::dense;
   TableArgs table{cu,
@@ -4388,6 +4417,7 @@ std::string forward(const Problem& p, const DeviceTensors& t, void* workspace, s
                   nmax,
                   p.chunk,
                   out_group,
+                  out_tail,
                   ws.seq_start,
                   ws.seq_len,
                   ws.chunk_offset,
@@ -4651,8 +4681,11 @@ std::string forward(const Problem& p, const DeviceTensors& t, void* workspace, s
   if (fused) {
     // computed with the recurrence
   } else if (use_tc) {
-    // Groups of g = out_group chunks: at most Σ ceil(n_s / g) <= (Σ n_s + S (g − 1)) / g, and Σ n_s <= nmax.
-    const dim3 grid{unsigned((nmax + S * (out_group - 1) + out_group - 1) / out_group * HV), 1u, 1u};
+    // Groups of g = out_group chunks, a sequence's last `out_tail` one each: at most Σ ceil(n_s / g) + S tail
+    // <= (Σ n_s + S (g − 1)) / g + S tail, and never more than Σ n_s <= nmax.
+    const int64_t groups =
+        std::min<int64_t>(nmax, (nmax + S * (out_group - 1) + out_group - 1) / out_group + S * out_tail);
+    const dim3 grid{unsigned(groups * HV), 1u, 1u};
     err =
         launch_kernel(stage_kernels.output_wg ? "output_wg_kernel" : "output_tc_kernel", stage_kernels.output,
                       grid, tc::kOutThreads, stage_kernels.output_smem, stream, true, out, u_tc, w_tc, maps);

@@ -908,16 +908,20 @@ TEST_CASE("CUDA tensor-core outputs beside the recurrence equal the serial launc
                  << (*wgmma || *wg32 ? " (mma.sync)" : "") << (*out_wgmma ? ", mma.sync output blocks" : "")
                  << ", " << kept << " of " << serial.event_mask.size() << " events kept");
         CHECK((kept < serial.event_mask.size()) == (sel != "dense"));
-        for (int repeat = 0; repeat < 6; ++repeat) {
+        for (int repeat = 0; repeat < 8; ++repeat) {
           const bool other_stages = repeat == 3;
           const ScopedEnv stages("SGDN_CUDA_REC_STAGES", !other_stages ? "" : sel == "dense" ? "3" : "2");
-          // Runs of 1 and 4 chunks per output block (sparse, G = 1; the default is 2): every chunk's output
-          // is computed alike, from its own start state.
-          const char* run = repeat == 4 ? "1" : repeat == 5 ? "4" : "";
+          // Runs of 1 and 4 chunks per output block (sparse, G = 1; the default is 2), and a sequence's last
+          // chunks taken one per block: none, 3, and more than a sequence has (the default is 1). Every
+          // chunk's output is computed alike, from its own start state.
+          const char* run = repeat == 4 ? "1" : repeat == 5 || repeat == 6 ? "4" : repeat == 7 ? "2" : "";
+          const char* tail = repeat == 5 ? "0" : repeat == 6 ? "3" : repeat == 7 ? "9" : "";
           const ScopedEnv output_run("SGDN_CUDA_OUT_RUN", run);
+          const ScopedEnv output_tail("SGDN_CUDA_OUT_TAIL", tail);
           const EngineResult<float> overlapped = run_cuda(in, s.config, options);
           INFO("repeat " << repeat << (other_stages ? " (other recurrence stages)" : "")
-                         << (*run ? ", output runs of " : "") << run);
+                         << (*run ? ", output runs of " : "") << run
+                         << (*tail ? ", the last ones alone: " : "") << tail);
           REQUIRE(bit_differences(overlapped.event_mask.values(), serial.event_mask.values()).first == 0);
           const auto [o_count, o_first] = bit_differences(overlapped.o.values(), serial.o.values());
           const auto [s_count, s_first] =
@@ -1069,10 +1073,16 @@ TEST_CASE("CUDA small sparse case for the sanitizers", "[gpu][small]") {
     const ScopedEnv warpgroup32("SGDN_CUDA_REC_WG32", "0");
     check_varlen(tc);
   }
-  for (const char* run : {"2", "4", "4f"}) {  // runs of chunks per output block, as long inputs take them
-    const ScopedEnv output_run("SGDN_CUDA_OUT_RUN", std::string(run).substr(0, 1).c_str());
-    tc.out_bf16 = run[1] != 'f';  // "4f": fp32 outputs
-    INFO("output runs of " << run[0] << (tc.out_bf16 ? ", bf16 outputs" : ", fp32 outputs"));
+  // Runs of chunks per output block, as long inputs take them; "f": fp32 outputs; a digit after the run:
+  // that many of each sequence's last chunks one per block.
+  for (const char* run : {"2", "4", "4f", "21", "42"}) {
+    const std::string r(run);
+    const ScopedEnv output_run("SGDN_CUDA_OUT_RUN", r.substr(0, 1).c_str());
+    const std::string tail = r.size() > 1 && r[1] != 'f' ? r.substr(1, 1) : "";
+    const ScopedEnv output_tail("SGDN_CUDA_OUT_TAIL", tail.c_str());
+    tc.out_bf16 = r.find('f') == std::string::npos;
+    INFO("output runs of " << run[0] << (tc.out_bf16 ? ", bf16 outputs" : ", fp32 outputs")
+                           << (tail.empty() ? "" : ", the last ones alone: ") << tail);
     check_varlen(tc);
   }
   tc.out_bf16 = true;
