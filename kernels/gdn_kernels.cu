@@ -4115,25 +4115,29 @@ auto output_variant(bool out_bf16, bool v_in, bool runs, bool dense) {
 // Chunks per output block of the tensor-core path with G = 1 and a sparse selector (the dense one with G = 1
 // reads v from the recurrence, one chunk per block): each block takes a run of chunks, each from its own
 // start state (G = 1 all the same), so that the chunks after a skipped one reuse the snapshot already in
-// shared memory and the block's start (its table entry, records and flags) is paid once per run. The
-// longest run of 4 or 2 that still leaves at least 16 blocks per multiprocessor (8 waves of two), else 1:
-// fewer, longer blocks end more unevenly. Measured with the mma.sync output blocks (sparse-default, two calls
-// each, ms, runs of 1 / 2 / 4): 16K 0.636 / 0.620 / 0.630, 32K 1.230 / 1.200 / 1.194, 128K 4.84 / 4.69-4.72
-// / 4.63-4.64, 4 x 8K 1.126 / 1.090-1.102 / 1.074, 2 x 16K 1.155 / 1.118-1.129 / 1.103-1.110. From v36 to v45
-// one sequence under a selector whose busiest chain may hold every chunk (head_budget without a cap,
-// threshold) took runs of 1, so that the outputs of the chain's last chunks followed it sooner
-// (sparse-default, 2026-12-01 03:27Z, runs of 1 / 2 / 4: 32K 1.065 / 1.081 / 1.075). Since the chain and the
-// pre-pass got shorter the outputs' work counts there too: runs of 1 / 2 / 4, sparse-default, 2026-12-01
-// 21:15Z-21:16Z, ms: 16K 0.510 / 0.500 / 0.502, 32K 0.983 / 0.954 / 0.947, 64K 1.939 / 1.879 / 1.868,
-// 128K 3.842 / 3.712 / 3.667 (this rule: 2 at 16K, 4 from 32K on). Bounded chains had kept the runs
-// (head_budget capped at 0.4, 03:51Z, runs of 1 / 4: 32K 1.168 / 1.118, 128K 4.290 / 4.096 ms).
-// SGDN_CUDA_OUT_RUN=1|2|4 forces it (a measuring aid).
+// shared memory and the block's start (its table entry, records and flags) is paid once per run. Runs of 4
+// where that still leaves at least 16 blocks per multiprocessor (8 waves of two), else runs of 2 where that
+// leaves at least 4 (two waves), else 1: fewer, longer blocks end more unevenly. (Until v53 runs of 2 also
+// asked for 16 blocks per multiprocessor, which left 4K and 8K with runs of 1; with the warpgroup blocks and
+// their tensor copies, runs of 1 / 2 / 4, sparse-default, 2026-12-02 09:05Z, median of 3 rounds, ms: 4K
+// 0.1513 / 0.1502 / 0.1568, 8K 0.2709 / 0.2604 / 0.2672, and 0.2754 / 0.2651 / 0.2714 in the call before; 16K
+// 0.5042 / 0.4806 / 0.4860, 2 x 16K 0.9207 / 0.8730 / 0.8551.) Measured with the mma.sync output blocks
+// (sparse-default, two calls each, ms, runs of 1 / 2 / 4): 16K 0.636 / 0.620 / 0.630, 32K 1.230 / 1.200
+// / 1.194, 128K 4.84 / 4.69-4.72 / 4.63-4.64, 4 x 8K 1.126 / 1.090-1.102 / 1.074, 2 x 16K 1.155 / 1.118-1.129
+// / 1.103-1.110. From v36 to v45 one sequence under a selector whose busiest chain may hold every chunk
+// (head_budget without a cap, threshold) took runs of 1, so that the outputs of the chain's last chunks
+// followed it sooner (sparse-default, 2026-12-01 03:27Z, runs of 1 / 2 / 4: 32K 1.065 / 1.081 / 1.075). Since
+// the chain and the pre-pass got shorter the outputs' work counts there too: runs of 1 / 2 / 4,
+// sparse-default, 2026-12-01 21:15Z-21:16Z, ms: 16K 0.510 / 0.500 / 0.502, 32K 0.983 / 0.954 / 0.947,
+// 64K 1.939 / 1.879 / 1.868, 128K 3.842 / 3.712 / 3.667 (this rule: 2 at 16K, 4 from 32K on). Bounded chains
+// had kept the runs (head_budget capped at 0.4, 03:51Z, runs of 1 / 4: 32K 1.168 / 1.118, 128K 4.290 / 4.096
+// ms). SGDN_CUDA_OUT_RUN=1|2|4 forces it (a measuring aid).
 int output_run(const Problem& p, int multiprocessors) {
   if (!p.uses_tensor_cores() || p.group != 1 || p.selector == SelectorKind::dense) return 1;
   const int forced = measuring_switch("SGDN_CUDA_OUT_RUN");
   if (forced == 1 || forced == 2 || forced == 4) return forced;
   const int64_t blocks_of_one = p.max_chunks() * p.v_heads, enough = int64_t(16) * multiprocessors;
-  return blocks_of_one >= 4 * enough ? 4 : blocks_of_one >= 2 * enough ? 2 : 1;
+  return blocks_of_one >= 4 * enough ? 4 : blocks_of_one >= 2 * 4 * int64_t(multiprocessors) ? 2 : 1;
 }
 
 // How many of a sequence's last chunks the output stage takes one per block where it takes runs
