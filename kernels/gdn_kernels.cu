@@ -370,13 +370,22 @@ __global__ void __launch_bounds__(kTableThreads) table_kernel(TableArgs a) {
 // place into U | W), L [C][C], γ [C], β [C].
 // The first column that row i of L keeps under the solver's band (blocks of `block` rows, `band` blocks below
 // the diagonal; band < 0: every column).
-__device__ __forceinline__ int band_first(int i, int block, int band) {
+__host__ __device__ __forceinline__ int band_first(int i, int block, int band) {
   return band < 0 ? 0 : max(0, (i / block - band) * block);
 }
 // Whether the 16 x 16 block (I, M), M < I, of a 64-row L has a nonzero entry: the band's first column of its
 // first row is left of its end (the later rows' first columns are not left of it).
-__device__ __forceinline__ bool l_block_kept(int I, int M, int block, int band) {
+__host__ __device__ __forceinline__ bool l_block_kept(int I, int M, int block, int band) {
   return band_first(16 * I, block, band) < 16 * (M + 1);
+}
+// l_block_kept for every block (I, M), M < I, of a 64-row L as bit 4 I + M (the tensor-core pre-pass reads it
+// instead of dividing by the solver's block in its steps).
+inline uint32_t l_block_bits(int block, int band) {
+  uint32_t bits = 0;
+  for (int I = 1; I < 4; ++I)
+    for (int M = 0; M < I; ++M)
+      if (l_block_kept(I, M, block, band)) bits |= 1u << (4 * I + M);
+  return bits;
 }
 
 struct PrepareArgs {
@@ -395,6 +404,7 @@ struct PrepareArgs {
   float* chunk_decay;
   float* statistic;
   int64_t prefetch_ahead = 0;  // tensor-core pre-pass: chunks ahead whose inputs it asks L2 for (0: none)
+  uint32_t l_blocks = 0;       // tensor-core pre-pass: l_block_bits(block, band)
 };
 
 template <class In>
@@ -1664,16 +1674,6 @@ __device__ __forceinline__ void wgmma_m64n32k16_rs_t(float (&d)[16], const uint3
       : SGDN_WGMMA_ACC16(d)
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db));
 }
-// This warp's 16 rows of an sw128 tile to 16 contiguous rows of 128 elements in global memory, 16-byte
-// pieces (16 lanes per row).
-__device__ __forceinline__ void store_rows_sw128(bf16* out, const bf16* tile) {
-  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-#pragma unroll
-  for (int e = lane; e < 16 * (kD / 8); e += 32) {
-    const int i = warp * 16 + (e >> 4), col = (e & 15) * 8;
-    *reinterpret_cast<uint4*>(out + i * kD + col) = *reinterpret_cast<const uint4*>(tile + sw128(i, col));
-  }
-}
 // Rows len.. of a 64-row sw128 tile (two 64-column halves) set to zero: the tokens after a short chunk's
 // end, which a tensor copy brings (block-wide; a barrier before the tile is read).
 __device__ __forceinline__ void zero_rows_sw128(bf16* tile, int len) {
@@ -1814,8 +1814,7 @@ __device__ __forceinline__ void abt_product(float (&acc)[32], const bf16* x, con
 
 template <bool Stat>
 __global__ void __launch_bounds__(kPrepThreads, 4)
-    prepare_tc_kernel(PrepareArgs a, bf16* u_out_all, bf16* w_out_all,
-                      const __grid_constant__ RecTmaMaps tma) {
+    prepare_tc_kernel(PrepareArgs a, const __grid_constant__ RecTmaMaps tma) {
   // The chunk table (and a dense run's selection) complete. No early start for the kernel after this one: a
   // 2-stage recurrence placed while the last pre-pass blocks run would put two blocks on some
   // multiprocessors (measured: dense 32K-128K 3-4 % slower), where one each leaves room for an output block.
@@ -1904,34 +1903,43 @@ __global__ void __launch_bounds__(kPrepThreads, 4)
   {
     // This thread's two rows i = 16w + gq (+ 8): β, γ and the band's first column once per row.
     int row[2], first[2];
-    float brow[2], grow[2];
+    float brow[2], grow[2], frow[2] = {};
     for (int half = 0; half < 2; ++half) {
       row[half] = warp * 16 + gq + half * 8;
       first[half] = band_first(row[half], a.block, a.band);
       brow[half] = sm.bet[row[half]];
       grow[half] = sm.gam[row[half]];
+      if constexpr (Stat) frow[half] = sm.f[row[half]];
     }
+    // γ and f at this thread's columns, read before L's stores (which the compiler would not move loads
+    // above: each column pair's loads waited for the stores before them). v54, with the column-form solve
+    // below and the band's blocks as bits: the sparse pre-pass at 16K 0.188 → 0.166-0.169 ms.
+    float2 gcol[8], fcol[8] = {};
+#pragma unroll
+    for (int nt = 0; nt < 8; ++nt) {
+      gcol[nt] = *reinterpret_cast<const float2*>(&sm.gam[nt * 8 + tq * 2]);
+      if constexpr (Stat) fcol[nt] = *reinterpret_cast<const float2*>(&sm.f[nt * 8 + tq * 2]);
+    }
+#pragma unroll
     for (int nt = 0; nt < 8; ++nt) {
       const int j = nt * 8 + tq * 2;  // columns j, j + 1 in one 8-byte store (each half-warp's fill 32 banks)
       // Only the 16 x 16 blocks of L that the solve reads are written (warp-uniform): the diagonal one and
       // those left of it with an entry in the band (block_adjacent with band 1: 7 of the 16).
       const int m = nt >> 1;
-      const bool read = m == warp || (m < warp && l_block_kept(warp, m, a.block, a.band));
-      const float g0 = sm.gam[j], g1 = sm.gam[j + 1];
+      const bool read = m == warp || (m < warp && (a.l_blocks >> (4 * warp + m) & 1u));
       for (int half = 0; half < 2; ++half) {
         const int i = row[half];
         const float x0 = kk[4 * nt + 2 * half], x1 = kk[4 * nt + 2 * half + 1];
         constexpr float kOut = -INFINITY;  // outside the band: a zero decay, no branch
         if (read) {
-          const float e0 = exp_ftz(j < i && j >= first[half] ? grow[half] - g0 : kOut);
-          const float e1 = exp_ftz(j + 1 < i && j + 1 >= first[half] ? grow[half] - g1 : kOut);
+          const float e0 = exp_ftz(j < i && j >= first[half] ? grow[half] - gcol[nt].x : kOut);
+          const float e1 = exp_ftz(j + 1 < i && j + 1 >= first[half] ? grow[half] - gcol[nt].y : kOut);
           *reinterpret_cast<float2*>(&sm.lm[i * kLdL + j]) =
               make_float2(brow[half] * x0 * e0, brow[half] * x1 * e1);
         }
         if constexpr (Stat) {
-          const float fi = sm.f[i];
-          kk[4 * nt + 2 * half] = x0 * fi * sm.f[j];
-          kk[4 * nt + 2 * half + 1] = x1 * fi * sm.f[j + 1];
+          kk[4 * nt + 2 * half] = x0 * frow[half] * fcol[nt].x;
+          kk[4 * nt + 2 * half + 1] = x1 * frow[half] * fcol[nt].y;
         }
       }
     }
@@ -1949,15 +1957,20 @@ __global__ void __launch_bounds__(kPrepThreads, 4)
   // diagonal zeroed meanwhile (threads 64..127); then the blocks below the diagonal (below).
   if (threadIdx.x < kC) {
     const int col = threadIdx.x, b0 = col & ~15, c = col - b0;
+    // Column by column: once x_j is final every later row takes its term −L_ij x_j, so the dependent path is
+    // 16 steps where row by row (each row's sum after the last) it was 120. Each row still sums its terms
+    // in the order j = 0, 1, ..., so the roundings are those of the row form.
     float x[16];
 #pragma unroll
-    for (int i = 0; i < 16; ++i) {
-      float value = i == c ? 1.f : 0.f;
+    for (int i = 0; i < 16; ++i) x[i] = i == c ? 1.f : 0.f;
 #pragma unroll
-      for (int j = 0; j < i; ++j) value -= sm.lm[(b0 + i) * kLdL + b0 + j] * x[j];  // x[j] = 0 for j < c
-      x[i] = i < c ? 0.f : value;
-      sm.tm[(b0 + i) * kLdTm + col] = x[i];
+    for (int j = 0; j < 16; ++j) {
+      x[j] = j < c ? 0.f : x[j];
+#pragma unroll
+      for (int i = j + 1; i < 16; ++i) x[i] -= sm.lm[(b0 + i) * kLdL + b0 + j] * x[j];
     }
+#pragma unroll
+    for (int i = 0; i < 16; ++i) sm.tm[(b0 + i) * kLdTm + col] = x[i];
   } else {
     sm.eg[threadIdx.x - kC] = exp_ftz(sm.gam[threadIdx.x - kC]);
     for (int e = threadIdx.x - kC; e < 6 * 64; e += blockDim.x - kC) {
@@ -1983,7 +1996,7 @@ __global__ void __launch_bounds__(kPrepThreads, 4)
   {
     auto lb = [&](int I, int M) { return sm.lm + I * 16 * kLdL + M * 16; };
     auto tb = [&](int I, int J) { return sm.tm + I * 16 * kLdTm + J * 16; };
-    auto kept = [&](int I, int M) { return l_block_kept(I, M, a.block, a.band); };
+    auto kept = [&](int I, int M) { return (a.l_blocks >> (4 * I + M) & 1u) != 0; };
     auto y_tile = [&](int I, int J) { return lb(J, I); };  // Y_IJ (I = 2, 3; J = 0, 1) in L's block (J, I)
     auto y_kept = [&](int I, int J) { return kept(I, 1) || (J == 0 && kept(I, 0)); };  // Y_IJ may be nonzero
     auto store_tile = [&](float* dst, int ld, const float(&x)[2][4], float sign) {
@@ -2029,13 +2042,13 @@ __global__ void __launch_bounds__(kPrepThreads, 4)
   fence_proxy_async();  // L's and the Y tiles' stores before V's tensor copy overwrites them
   __syncthreads();
   // L is read no more: V is copied into its region while W = bf16(T diag(β e^γ)) K runs (A from registers,
-  // built from T; K's tile read mn-major). U leaves through T's region; W too without the statistic (each
-  // warp its own 16 rows, in 16-byte stores). With it, W leaves through K's tile (each 64-column half of W
-  // where the half of K that its product read was), both leave by tensor copies, and U's fragments are built
+  // built from T; K's tile read mn-major). W leaves through K's tile (each 64-column half of W where the half
+  // of K that its product read was), U through T's region, both by tensor copies. U's fragments are built
   // from T after W's product, before W's stores: beside the weighted K Kᵀ, W's and U's fragments built
-  // together spill (measured, v44). Without the statistic that order measured 3 % slower than this one
-  // (pre-pass under ncu at 32K, v45: 423-425 against 412-415 µs); with U's fragments after W's stores, sparse
-  // forwards 0.5-1 % slower than with them before.
+  // together spill (measured, v44); with U's fragments after W's stores, sparse forwards 0.5-1 % slower than
+  // with them before. Without the statistic the same order: until v54 that kernel built both fragment sets
+  // first and stored W and U by every thread's 16-byte stores (128 registers, 48 bytes of spills, against
+  // 80 and none now; the dense pre-pass at 16K 0.164-0.169 → 0.154-0.157 ms).
   const int64_t slot = id * a.HV + hv;
   load_tile(vs, &tma.v, hv, &sm.bar[1]);
   // U = bf16(T diag(β)) V once V is in place (every read of T is done by then); `after_barrier` runs once
@@ -2056,37 +2069,22 @@ __global__ void __launch_bounds__(kPrepThreads, 4)
       bulk_commit();
     }
   };
-  if constexpr (Stat) {
-    uint32_t fw[4][4];
-    t_fragments(fw, sm, true);
-    wy_product(sm.k, fw, sm.k, [] { __syncthreads(); });  // W over K, each half once every warp has read it
-    uint32_t fu[4][4];
-    t_fragments(fu, sm, false);
-    u_product(fu, [&] { copy_out(&tma.w, sm.k); });
-  } else {
-    bf16* u_out = u_out_all + slot * kC * kD;
-    bf16* w_out = w_out_all + slot * kC * kD;
-    uint32_t fw[4][4], fu[4][4];
-    t_fragments(fw, sm, true);
-    t_fragments(fu, sm, false);
-    __syncthreads();  // every read of T is done
-    wy_product(us, fw, sm.k);
-    __syncwarp();
-    store_rows_sw128(w_out, us);
-    u_product(fu, [] {});  // this warp's rows of W have left (their reads are before its product)
-    __syncwarp();
-    store_rows_sw128(u_out, us);
-  }
+  uint32_t fw[4][4];
+  t_fragments(fw, sm, true);
+  wy_product(sm.k, fw, sm.k, [] { __syncthreads(); });  // W over K, each half once every warp has read it
+  uint32_t fu[4][4];
+  t_fragments(fu, sm, false);
+  u_product(fu, [&] { copy_out(&tma.w, sm.k); });
   for (int i = threadIdx.x; i < kC; i += blockDim.x) a.gamma[slot * kC + i] = i < len ? sm.gam[i] : 0.f;
   const float big_gamma = sm.gam[len - 1];
   if (threadIdx.x == 0) a.chunk_decay[event_index(a.chunk_offset, s, a.HV, hv, c)] = big_gamma;
+  fence_proxy_async();
+  __syncthreads();  // U (bf16) complete in its tile
+  copy_out(&tma.u_rows, us);
   if constexpr (Stat) {
     // ‖(e^{Γ−γ} ⊙ K)ᵀ U‖_F² = Σ_ij f_i f_j (K Kᵀ)_ij (U Uᵀ)_ij with f_i = e^{Γ−γ_i} (0 past the chunk's end):
     // U Uᵀ (64 x 64, k = 128) against the weighted K Kᵀ kept from L's product, instead of Mᵀ = Kᵀ U itself
     // (128 x 128).
-    fence_proxy_async();
-    __syncthreads();  // U (bf16) complete in its tile
-    copy_out(&tma.u_rows, us);
     float uu[32];
     abt_product(uu, us, us);
     float sum_sq = 0.f;
@@ -2095,12 +2093,12 @@ __global__ void __launch_bounds__(kPrepThreads, 4)
     for (int off = 16; off > 0; off >>= 1) sum_sq += __shfl_xor_sync(0xffffffffu, sum_sq, off);
     if (lane == 0) sm.red[warp] = sum_sq;
     __syncthreads();
-    if (threadIdx.x == 0) {
+    if (threadIdx.x == 0)
       a.statistic[event_index(a.chunk_offset, s, a.HV, hv, c)] =
           sqrtf(fmaxf(sm.red[0] + sm.red[1] + sm.red[2] + sm.red[3], 0.f));
-      bulk_wait_read<0>();  // the tiles' copies have read shared memory before the block leaves
-    }
   }
+  // The tiles' copies have read shared memory before the block leaves.
+  if (threadIdx.x == 0) bulk_wait_read<0>();
 }
 
 // ---- recurrence: per (sequence, value head, V tile of VT = 32 or 64 columns), NW = 8 or 4 warps (two or one
@@ -3268,11 +3266,18 @@ __device__ __forceinline__ void output_tc_block(OutputArgs a, const bf16* u_all,
           for (int half = 0; half < 2; ++half) {
             const int i = wm + gq + half * 8;
             const float e = exp_ftz(sm.gam[i]);
+            // The row's eight pairs of Q read before any is written (read after a store, each load would
+            // wait for it).
+            uint32_t qx[8];
+#pragma unroll
+            for (int nt = 0; nt < 8; ++nt)
+              qx[nt] = *reinterpret_cast<const uint32_t*>(sm.q + sw128(i, wn + nt * 8 + tq * 2));
+#pragma unroll
             for (int nt = 0; nt < 8; ++nt) {
-              uint32_t* qv = reinterpret_cast<uint32_t*>(sm.q + sw128(i, wn + nt * 8 + tq * 2));
-              const float2 x = unpack_bf16(*qv);
-              *qv = pack_bf16(carried * (e * x.x - aw[4 * nt + 2 * half]),
-                              carried * (e * x.y - aw[4 * nt + 2 * half + 1]));
+              const float2 x = unpack_bf16(qx[nt]);
+              *reinterpret_cast<uint32_t*>(sm.q + sw128(i, wn + nt * 8 + tq * 2)) =
+                  pack_bf16(carried * (e * x.x - aw[4 * nt + 2 * half]),
+                            carried * (e * x.y - aw[4 * nt + 2 * half + 1]));
             }
           }
         }
@@ -4499,9 +4504,10 @@ std::string forward(const Problem& p, const DeviceTensors& t, void* workspace, s
     // off, 2-9 reach that many waves ahead (a measuring aid).
     const int waves = measuring_switch("SGDN_CUDA_PREP_PREFETCH");
     prep.prefetch_ahead = (waves < 0 ? 1 : waves) * ((int64_t(4) * sms + HV - 1) / HV);
+    prep.l_blocks = l_block_bits(prep.block, prep.band);
     const auto prep_kernel = prep.want_statistic ? tc::prepare_tc_kernel<true> : tc::prepare_tc_kernel<false>;
     err = launch_kernel("prepare_tc_kernel", prep_kernel, dim3(unsigned(nmax * HV)), tc::kPrepThreads,
-                        tc::prepare_tc_smem(), stream, true, prep, u_tc, w_tc, maps);
+                        tc::prepare_tc_smem(), stream, true, prep, maps);
   } else
     err = bf16 ? launch_prepare<__nv_bfloat16>(p, prep, chunk_grid, stream)
                : launch_prepare<float>(p, prep, chunk_grid, stream);
