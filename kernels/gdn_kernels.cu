@@ -3425,7 +3425,7 @@ __global__ void __launch_bounds__(kOutThreads)
 // outputs (a capped selector's 2-stage chains at B = 1). The dense blocks at 123, after a change elsewhere
 // (two fields more in OutputArgs), no longer fitted there and the dense forwards at B = 1 were 10-14 % slower
 // (v51); the sparse runs' blocks with fp32 outputs had 121 until v52. The bf16 blocks with tensor copies
-// (96-114) keep the limit they were timed with.
+// (109 in runs, 122 for one chunk since v54's Q̃ loads) keep the limit they were timed with.
 template <class Out, bool VIn, bool Runs, bool Tma>
 constexpr int output_wg_registers() {
   return !VIn && (std::is_same_v<Out, float> || (!Tma && !Runs)) ? 120 : 128;
