@@ -24,6 +24,7 @@ import argparse
 import ctypes
 import datetime
 import importlib.metadata
+import itertools
 import json
 import math
 import os
@@ -116,6 +117,23 @@ class Ours:
         uw = self.n_chunks * HV * C * (K + V) * 2  # bf16 U and W
         snapshots = (kept + len(self.final) * HV) * K * V * 2  # bf16 snapshots (tensor-core path)
         return (snapshots, uw, self.workspace.numel()), kept / max(1, self.mask.numel())
+
+
+def layout_inputs(T, lengths):
+    """A layout's input sets (two, rotated in the timed graph, for T <= 8K; else one) and FLA's cu_seqlens
+    (int64; None for one sequence)."""
+    inputs = [make_inputs(T, 1000 * T + i) for i in range(2 if T <= 8192 else 1)]
+    cu_fla = (torch.tensor([0, *itertools.accumulate(lengths)], dtype=torch.int64, device="cuda")
+              if len(lengths) > 1 else None)
+    return inputs, cu_fla
+
+
+def ours_calls(lib, inputs, lengths, cfg, out_dtype=torch.bfloat16):
+    """Our forward prepared on every input set, and one call per set (what time_graph takes)."""
+    ours = Ours(lib, inputs[0], lengths, cfg, out_dtype)
+    for extra in inputs[1:]:
+        ours.set_inputs(extra)
+    return ours, [lambda i=i: ours(i) for i in range(len(inputs))]
 
 
 def time_graph(calls, warmup=3, repeats=20, plain=False):
@@ -221,10 +239,7 @@ def main():
     print(f"{'layout':>7} {'config':>15} {'ours ms':>9} {'FLA ms':>8} {'speedup':>7} {'snap MiB':>9} "
           f"{'h MiB':>8} {'work MiB':>9} {'FLA work':>9} {'kept':>5} {'rel vs FLA':>10}", flush=True)
     for T, name, lengths in layouts:
-        sets = 2 if T <= 8192 else 1
-        inputs = [make_inputs(T, 1000 * T + i) for i in range(sets)]
-        cu = torch.tensor([0] + [sum(lengths[:i + 1]) for i in range(len(lengths))], dtype=torch.int32, device="cuda")
-        cu_fla = cu.long() if len(lengths) > 1 else None
+        inputs, cu_fla = layout_inputs(T, lengths)
         fla_calls = []
         fla_out = {}
         for i, (q, k, v, g, beta) in enumerate(inputs):
@@ -248,10 +263,8 @@ def main():
         fla_bytes = n_chunks * HV * K * V * 2
         fla_out.clear()
         for cname, cfg in configs.items():
-            ours = Ours(lib, inputs[0], lengths, cfg, getattr(torch, args.out_dtype))
-            for extra in inputs[1:]:
-                ours.set_inputs(extra)
-            ours_ms, ours_spread = time_graph([lambda i=i: ours(i) for i in range(sets)], repeats=args.repeats)
+            ours, calls = ours_calls(lib, inputs, lengths, cfg, getattr(torch, args.out_dtype))
+            ours_ms, ours_spread = time_graph(calls, repeats=args.repeats)
             ours(0)
             torch.cuda.synchronize()
             err = rel(ours.o, fla_o)
@@ -265,7 +278,7 @@ def main():
             print(f"{name:>7} {cname:>15} {ours_ms:9.3f} {fla_ms:8.3f} {fla_ms / ours_ms:7.2f} {nbytes / 2**20:9.0f} "
                   f"{fla_bytes / 2**20:8.0f} {ws_bytes / 2**20:9.0f} {fla_work_bytes / 2**20:9.0f} {kept:5.2f} "
                   f"{err:10.2e}", flush=True)
-            del ours
+            del ours, calls
             torch.cuda.empty_cache()
         del inputs, fla_o
         torch.cuda.empty_cache()

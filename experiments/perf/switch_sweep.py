@@ -55,19 +55,12 @@ def main():
     print(f"{args.switch}: values {values}, {args.rounds} rounds, {torch.cuda.get_device_name(0)}", flush=True)
     for layout in args.layouts.split(","):
         T, _, lengths = known_layouts[layout]
-        sets = 2 if T <= 8192 else 1
-        inputs = [bench.make_inputs(T, 1000 * T + i) for i in range(sets)]
-        cu = torch.tensor([0] + [sum(lengths[:i + 1]) for i in range(len(lengths))], dtype=torch.int32,
-                          device="cuda")
-        cu_fla = cu.long() if len(lengths) > 1 else None
+        inputs, cu_fla = bench.layout_inputs(T, lengths)
         fla_calls = [lambda x=x: chunk_gated_delta_rule(*x, scale=bench.K ** -0.5, output_final_state=True,
                                                         cu_seqlens=cu_fla) for x in inputs]
         for cname in args.configs.split(","):
             cfg = known_configs[cname]
-            ours = bench.Ours(lib, inputs[0], lengths, cfg)
-            for extra in inputs[1:]:
-                ours.set_inputs(extra)
-            calls = [lambda i=i: ours(i) for i in range(sets)]
+            ours, calls = bench.ours_calls(lib, inputs, lengths, cfg)
             fla_ms, ours_ms = [], {v: [] for v in values}
             for _ in range(args.rounds):
                 fla_ms.append(bench.time_graph(fla_calls)[0])
@@ -84,7 +77,7 @@ def main():
                 rows.append(row)
                 print(f"{layout:>7} {cname:>15} {row['value']:>8}: ours {ms:.4f} ms (rounds "
                       f"{', '.join(f'{x:.4f}' for x in ours_ms[v])}), FLA {fla:.4f}, {fla / ms:.3f}x", flush=True)
-            del ours
+            del ours, calls
             torch.cuda.empty_cache()
         del inputs
         torch.cuda.empty_cache()

@@ -1073,16 +1073,21 @@ TEST_CASE("CUDA small sparse case for the sanitizers", "[gpu][small]") {
     const ScopedEnv warpgroup32("SGDN_CUDA_REC_WG32", "0");
     check_varlen(tc);
   }
-  // Runs of chunks per output block, as long inputs take them; "f": fp32 outputs; a digit after the run:
-  // that many of each sequence's last chunks one per block.
-  for (const char* run : {"2", "4", "4f", "21", "42"}) {
-    const std::string r(run);
-    const ScopedEnv output_run("SGDN_CUDA_OUT_RUN", r.substr(0, 1).c_str());
-    const std::string tail = r.size() > 1 && r[1] != 'f' ? r.substr(1, 1) : "";
-    const ScopedEnv output_tail("SGDN_CUDA_OUT_TAIL", tail.c_str());
-    tc.out_bf16 = r.find('f') == std::string::npos;
-    INFO("output runs of " << run[0] << (tc.out_bf16 ? ", bf16 outputs" : ", fp32 outputs")
-                           << (tail.empty() ? "" : ", the last ones alone: ") << tail);
+  // Runs of chunks per output block, as long inputs take them (8: longer than these sequences), with bf16 or
+  // fp32 outputs, and a sequence's last chunks taken one per block ("": the default).
+  struct RunVariant {
+    const char* run;
+    const char* tail;
+    bool out_bf16;
+  };
+  for (const RunVariant& v :
+       {RunVariant{"2", "", true}, RunVariant{"4", "", true}, RunVariant{"4", "", false},
+        RunVariant{"8", "", true}, RunVariant{"2", "1", true}, RunVariant{"4", "2", true}}) {
+    const ScopedEnv output_run("SGDN_CUDA_OUT_RUN", v.run);
+    const ScopedEnv output_tail("SGDN_CUDA_OUT_TAIL", v.tail);
+    tc.out_bf16 = v.out_bf16;
+    INFO("output runs of " << v.run << (v.out_bf16 ? ", bf16 outputs" : ", fp32 outputs")
+                           << (*v.tail ? ", the last ones alone: " : "") << v.tail);
     check_varlen(tc);
   }
   tc.out_bf16 = true;
