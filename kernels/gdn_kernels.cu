@@ -3939,7 +3939,7 @@ size_t output_smem(const Problem& p) {
 
 // The measuring aids below are environment variables holding one digit (SGDN_CUDA_STAGE_TIMING=1,
 // SGDN_CUDA_SERIAL_OUTPUTS=1, SGDN_CUDA_REC_STAGES=2|3|4, SGDN_CUDA_REC_WIDE=0|1, SGDN_CUDA_V_THROUGH=0|1,
-// SGDN_CUDA_REC_WARPS=4|8, SGDN_CUDA_OUT_RUN=1|2|4, SGDN_CUDA_REC_WG=0|1, SGDN_CUDA_REC_WG32=0|1,
+// SGDN_CUDA_REC_WARPS=4|8, SGDN_CUDA_OUT_RUN=1|2|4|8, SGDN_CUDA_REC_WG=0|1, SGDN_CUDA_REC_WG32=0|1,
 // SGDN_CUDA_OUT_WG=0, SGDN_CUDA_FUSED=0|1|2|3, SGDN_CUDA_PREP_PREFETCH=0-9);
 // anything else, or unset, reads as -1 (off).
 int measuring_switch(const char* name) {
@@ -4136,14 +4136,14 @@ auto output_variant(bool out_bf16, bool v_in, bool runs, bool dense) {
 // sparse-default, 2026-12-01 21:15Z-21:16Z, ms: 16K 0.510 / 0.500 / 0.502, 32K 0.983 / 0.954 / 0.947,
 // 64K 1.939 / 1.879 / 1.868, 128K 3.842 / 3.712 / 3.667 (this rule: 2 at 16K, 4 from 32K on). Bounded chains
 // had kept the runs (head_budget capped at 0.4, 03:51Z, runs of 1 / 4: 32K 1.168 / 1.118, 128K 4.290 / 4.096
-// ms). Longer runs were slower where the output stage bounds the forward (sparse-default, 2026-12-02 12:02Z,
-// median of 3 rounds, ms, the rule / 4 / 8 / 16: 2 x 16K 0.8043 / 0.8035 / 0.8196 / 0.8069, 4 x 8K 0.7710 /
-// 0.7757 / 0.7935 / 0.7988, 32K 0.8814 / 0.8835 / 0.8958 / 0.8839, 128K 3.394 / 3.397 / 3.423 / 3.413; 16K
-// 0.4606 (2) / 0.4693 / 0.4791 / 0.4580). SGDN_CUDA_OUT_RUN=1|2|4|8|16 forces it (a measuring aid).
+// ms). Runs of 8 were slower everywhere (sparse-default, 2026-12-02 12:02Z, median of 3 rounds, ms, the rule
+// / 4 / 8: 2 x 16K 0.8043 / 0.8035 / 0.8196, 4 x 8K 0.7710 / 0.7757 / 0.7935, 32K 0.8814 / 0.8835 / 0.8958,
+// 128K 3.394 / 3.397 / 3.423; 16K 0.4606 (2) / 0.4693 / 0.4791). SGDN_CUDA_OUT_RUN=1|2|4|8 forces it (a
+// measuring aid).
 int output_run(const Problem& p, int multiprocessors) {
   if (!p.uses_tensor_cores() || p.group != 1 || p.selector == SelectorKind::dense) return 1;
   const int forced = measuring_switch("SGDN_CUDA_OUT_RUN");
-  if (forced == 1 || forced == 2 || forced == 4 || forced == 8 || forced == 16) return forced;
+  if (forced == 1 || forced == 2 || forced == 4 || forced == 8) return forced;
   const int64_t blocks_of_one = p.max_chunks() * p.v_heads, enough = int64_t(16) * multiprocessors;
   return blocks_of_one >= 4 * enough ? 4 : blocks_of_one >= 2 * 4 * int64_t(multiprocessors) ? 2 : 1;
 }
