@@ -122,15 +122,25 @@ const char* selector_name(SelectorKind s);
 
 // The recurrence and output kernels that forward() runs side by side for problem p on this device: the
 // recurrence's copy stages, each block's threads and each kernel's registers per thread as ptxas allocated
-// them (for the test that keeps an output block fitting beside a 2-stage recurrence block). `separate` is
-// false where forward() has no separate output stage there (no tensor cores, or the one-pass form).
+// them (for the tests that keep an output block fitting beside a 2-stage recurrence block, and a mask
+// expansion block beside two). `separate` is false where forward() has no separate output stage there (no
+// tensor cores, or the one-pass form).
 struct StageRegisters {
   bool separate = false;
   int stages = 0;
   int recurrence_threads = 0, recurrence_registers = 0;
   int output_threads = 0, output_registers = 0;
+  // The mask expansion (beside the recurrence under a sparse selector); the recurrence's dynamic and the
+  // expansion's static shared memory.
+  int expand_threads = 0, expand_registers = 0;
+  size_t recurrence_smem = 0, expand_smem = 0;
 };
 std::string stage_registers(const Problem& p, StageRegisters* r);
+
+// A measuring aid's value: the environment variable `name` (SGDN_CUDA_OUT_RUN and the others that
+// gdn_kernels.cu lists, each with the digits it takes) as that digit; -1, the rule, where it is unset or
+// empty, or holds anything else, which is then named on stderr once.
+int measuring_switch(const char* name);
 
 }  // namespace cuda
 }  // namespace sgdn

@@ -32,6 +32,9 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
+#include <mutex>
+#include <set>
 #include <string>
 #include <type_traits>
 
@@ -379,13 +382,20 @@ __host__ __device__ __forceinline__ bool l_block_kept(int I, int M, int block, i
   return band_first(16 * I, block, band) < 16 * (M + 1);
 }
 // l_block_kept for every block (I, M), M < I, of a 64-row L as bit 4 I + M (the tensor-core pre-pass reads it
-// instead of dividing by the solver's block in its steps).
+// through l_block_in instead of dividing by the solver's block in its steps).
+__host__ __device__ __forceinline__ uint32_t l_block_flag(int I, int M) {
+  return 1u << (4 * I + M);
+}
 inline uint32_t l_block_bits(int block, int band) {
   uint32_t bits = 0;
   for (int I = 1; I < 4; ++I)
     for (int M = 0; M < I; ++M)
-      if (l_block_kept(I, M, block, band)) bits |= 1u << (4 * I + M);
+      if (l_block_kept(I, M, block, band)) bits |= l_block_flag(I, M);
   return bits;
+}
+// Whether l_block_bits' `bits` keep block (I, M).
+__device__ __forceinline__ bool l_block_in(uint32_t bits, int I, int M) {
+  return (bits & l_block_flag(I, M)) != 0;
 }
 
 struct PrepareArgs {
@@ -959,7 +969,12 @@ struct ExpandMaskArgs {
   float* group_log_decay;
   int32_t* records_done = nullptr;
 };
-__global__ void __launch_bounds__(kThreads) expand_mask_kernel(ExpandMaskArgs a) {
+// 128 threads: beside the recurrence, a block has to fit on a multiprocessor that two 2-stage 32-column
+// chain blocks hold (2 x 288 threads at 88 registers leave 14 848 registers; 256 threads at 74-80 did not
+// fit there, so at 2 x 16K the 64 blocks waited for the few multiprocessors with one chain block, and the
+// output grid, placed only once every block of this one has started, began ~38 µs after the selection).
+constexpr int kExpandThreads = 128;
+__global__ void __launch_bounds__(kExpandThreads) expand_mask_kernel(ExpandMaskArgs a) {
   const bool beside = a.records_done != nullptr;
   if (!beside) wait_for_previous_grid();
   let_next_grid_start();
@@ -971,19 +986,20 @@ __global__ void __launch_bounds__(kThreads) expand_mask_kernel(ExpandMaskArgs a)
   const uint8_t* from = a.unit_mask ? a.unit_mask + base + u * n : nullptr;
   uint8_t* to = a.head_mask + base + hv * n;
   const int64_t group0 = __ldcg(a.group_offset + s);
-  using BlockScan = cub::BlockScan<GroupStart, kThreads>;
-  using BlockReduce = cub::BlockReduce<int, kThreads>;
+  using BlockScan = cub::BlockScan<GroupStart, kExpandThreads>;
+  using BlockReduce = cub::BlockReduce<int, kExpandThreads>;
   __shared__ union {
     typename BlockScan::TempStorage scan;
     typename BlockReduce::TempStorage reduce;
   } temp;
-  // Tiles of kThreads x kSpan chunks, thread t's kSpan consecutive ones read at once (one round trip a tile:
-  // at 128K one tile, where a tile of one chunk a thread took eight round trips and eight block scans).
+  // Tiles of kExpandThreads x kSpan chunks, thread t's kSpan consecutive ones read at once (one round trip a
+  // tile: one tile up to 64K, two at 128K, where a tile of one chunk a thread took eight round trips and
+  // eight block scans).
   constexpr int kSpan = 8;
   const float* decay = a.chunk_decay + base + hv * n;
   GroupStart before{0, 0.f, false};  // the chunks of the tiles done
   int kept = 0;
-  for (int64_t c0 = 0; c0 < n; c0 += int64_t(kThreads) * kSpan) {
+  for (int64_t c0 = 0; c0 < n; c0 += int64_t(kExpandThreads) * kSpan) {
     const int64_t first = c0 + int64_t(threadIdx.x) * kSpan;
     GroupStart chunk[kSpan];
 #pragma unroll
@@ -1926,7 +1942,7 @@ __global__ void __launch_bounds__(kPrepThreads, 4)
       // Only the 16 x 16 blocks of L that the solve reads are written (warp-uniform): the diagonal one and
       // those left of it with an entry in the band (block_adjacent with band 1: 7 of the 16).
       const int m = nt >> 1;
-      const bool read = m == warp || (m < warp && (a.l_blocks >> (4 * warp + m) & 1u));
+      const bool read = m == warp || (m < warp && l_block_in(a.l_blocks, warp, m));
       for (int half = 0; half < 2; ++half) {
         const int i = row[half];
         const float x0 = kk[4 * nt + 2 * half], x1 = kk[4 * nt + 2 * half + 1];
@@ -1996,7 +2012,7 @@ __global__ void __launch_bounds__(kPrepThreads, 4)
   {
     auto lb = [&](int I, int M) { return sm.lm + I * 16 * kLdL + M * 16; };
     auto tb = [&](int I, int J) { return sm.tm + I * 16 * kLdTm + J * 16; };
-    auto kept = [&](int I, int M) { return (a.l_blocks >> (4 * I + M) & 1u) != 0; };
+    auto kept = [&](int I, int M) { return l_block_in(a.l_blocks, I, M); };
     auto y_tile = [&](int I, int J) { return lb(J, I); };  // Y_IJ (I = 2, 3; J = 0, 1) in L's block (J, I)
     auto y_kept = [&](int I, int J) { return kept(I, 1) || (J == 0 && kept(I, 0)); };  // Y_IJ may be nonzero
     auto store_tile = [&](float* dst, int ld, const float(&x)[2][4], float sign) {
@@ -3937,16 +3953,6 @@ size_t output_smem(const Problem& p) {
   return (K * VT + 2 * C * K + C * VT + C * C + C) * sizeof(float);
 }
 
-// The measuring aids below are environment variables holding one digit (SGDN_CUDA_STAGE_TIMING=1,
-// SGDN_CUDA_SERIAL_OUTPUTS=1, SGDN_CUDA_REC_STAGES=2|3|4, SGDN_CUDA_REC_WIDE=0|1, SGDN_CUDA_V_THROUGH=0|1,
-// SGDN_CUDA_REC_WARPS=4|8, SGDN_CUDA_OUT_RUN=1|2|4|8, SGDN_CUDA_REC_WG=0|1, SGDN_CUDA_REC_WG32=0|1,
-// SGDN_CUDA_OUT_WG=0, SGDN_CUDA_FUSED=0|1|2|3, SGDN_CUDA_PREP_PREFETCH=0-9);
-// anything else, or unset, reads as -1 (off).
-int measuring_switch(const char* name) {
-  const char* env = std::getenv(name);
-  return env && env[0] >= '0' && env[0] <= '9' && env[1] == 0 ? env[0] - '0' : -1;
-}
-
 // The device's multiprocessor count.
 std::string multiprocessors(int* count) {
   int device = 0;
@@ -4457,8 +4463,8 @@ std::string forward(const Problem& p, const DeviceTensors& t, void* workspace, s
                               ws.group_slot,
                               ws.group_log_decay,
                               records_done};
-    return launch_kernel("expand_mask_kernel", expand_mask_kernel, dim3(unsigned(S), unsigned(HV)), kThreads,
-                         0, stream, true, args);
+    return launch_kernel("expand_mask_kernel", expand_mask_kernel, dim3(unsigned(S), unsigned(HV)),
+                         kExpandThreads, 0, stream, true, args);
   };
   if (dense)
     if (std::string e = expand_mask(nullptr, no_scores ? head_score : nullptr, nullptr); !e.empty()) return e;
@@ -4712,6 +4718,45 @@ std::string forward(const Problem& p, const DeviceTensors& t, void* workspace, s
   return err;
 }
 
+// The measuring aids (measuring_switch, gdn_device.h): environment variables holding one digit, each with the
+// digits it takes. Unset reads as -1 (the rule). A value it does not take also reads as -1, and is named on
+// stderr once, so that a sweep cannot take the rule for the value it meant to measure.
+struct MeasuringSwitch {
+  const char* name;
+  const char* digits;  // the values it takes
+};
+constexpr MeasuringSwitch kMeasuringSwitches[] = {
+    {"SGDN_CUDA_STAGE_TIMING", "01"},
+    {"SGDN_CUDA_SERIAL_OUTPUTS", "01"},
+    {"SGDN_CUDA_REC_STAGES", "234"},
+    {"SGDN_CUDA_REC_WIDE", "01"},
+    {"SGDN_CUDA_V_THROUGH", "01"},
+    {"SGDN_CUDA_REC_WARPS", "48"},
+    {"SGDN_CUDA_OUT_RUN", "1248"},
+    {"SGDN_CUDA_OUT_TAIL", "0123456789"},
+    {"SGDN_CUDA_REC_WG", "01"},
+    {"SGDN_CUDA_REC_WG32", "01"},
+    {"SGDN_CUDA_OUT_WG", "01"},
+    {"SGDN_CUDA_FUSED", "0123"},
+    {"SGDN_CUDA_PREP_PREFETCH", "0123456789"},
+    {"SGDN_CUDA_SELECT_GLOBAL", "01"},
+};
+int measuring_switch(const char* name) {
+  const char* digits = "";  // a name missing from the table (a call site's typo) takes none
+  for (const MeasuringSwitch& m : kMeasuringSwitches)
+    if (std::strcmp(m.name, name) == 0) digits = m.digits;
+  const char* env = std::getenv(name);
+  if (!env || !env[0]) return -1;
+  if (env[1] == 0 && env[0] != 0 && std::strchr(digits, env[0])) return env[0] - '0';
+  static std::mutex mutex;
+  static std::set<std::string> named;
+  std::lock_guard<std::mutex> lock(mutex);
+  if (named.insert(name).second)
+    std::fprintf(stderr, "sgdn_cuda: ignoring %s=%s (it takes one of the digits \"%s\"); the rule applies\n",
+                 name, env, digits);
+  return -1;
+}
+
 std::string stage_registers(const Problem& p, StageRegisters* r) {
   *r = {};
   if (std::string e = check_problem(p); !e.empty()) return e;
@@ -4721,15 +4766,20 @@ std::string stage_registers(const Problem& p, StageRegisters* r) {
   const TcPlan plan = tc_plan(p, sms);
   if (plan.fused) return {};
   const SeparateStages& k = plan.separate;
-  cudaFuncAttributes rec{}, out{};
+  cudaFuncAttributes rec{}, out{}, expand{};
   SGDN_TRY_CUDA(cudaFuncGetAttributes(&rec, k.recurrence.kernel));
   SGDN_TRY_CUDA(cudaFuncGetAttributes(&out, k.output));
+  SGDN_TRY_CUDA(cudaFuncGetAttributes(&expand, expand_mask_kernel));
   r->separate = true;
   r->stages = k.stages;
   r->recurrence_threads = k.recurrence.threads;
   r->recurrence_registers = rec.numRegs;
   r->output_threads = tc::kOutThreads;
   r->output_registers = out.numRegs;
+  r->expand_threads = kExpandThreads;
+  r->expand_registers = expand.numRegs;
+  r->recurrence_smem = k.recurrence.smem;
+  r->expand_smem = expand.sharedSizeBytes;
   return {};
 }
 

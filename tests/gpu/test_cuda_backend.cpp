@@ -11,6 +11,7 @@
 #include <optional>
 #include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "algorithms/engine.h"
@@ -1023,6 +1024,71 @@ TEST_CASE("CUDA output blocks fit beside a 2-stage recurrence block", "[gpu][tc]
               512);
       }
   CHECK(checked == 16);  // both selectors take 2-stage 32-column blocks at B = 1 at every T here
+}
+
+// A packed sparse batch whose 32-column chain blocks go two to a multiprocessor (2 x 16K at the Qwen shape:
+// 256 blocks of 2 stages) runs the mask expansion beside them, and the output grid is placed only once every
+// expansion block has started: an expansion block must fit on a multiprocessor that two chain blocks hold
+// (registers, shared memory, threads). At 256 threads of 74 registers it did not, and the outputs at 2 x 16K
+// began ~38 µs after the selection (perf notes, v56).
+TEST_CASE("CUDA mask expansion blocks fit beside two chain blocks", "[gpu][tc][registers]") {
+  cuda::Problem p;
+  p.num_seqs = 2;
+  p.total_tokens = 32768;
+  p.qk_heads = 16;
+  p.v_heads = 32;
+  p.key_dim = p.value_dim = 128;
+  p.input_dtype = p.output_dtype = cuda::DType::bfloat16;
+  p.tensor_cores = true;
+  p.selector = cuda::SelectorKind::head_budget;
+  p.score = cuda::ScoreKind::update_norm;
+  p.solver_band = 1;
+  p.rho = 0.29;
+  cuda::StageRegisters r;
+  REQUIRE(cuda::stage_registers(p, &r).empty());
+  INFO("recurrence " << r.recurrence_threads << " threads x " << r.recurrence_registers << " registers, "
+                     << r.recurrence_smem << " bytes; expansion " << r.expand_threads << " x "
+                     << r.expand_registers << ", " << r.expand_smem << " bytes");
+  REQUIRE(r.separate);
+  REQUIRE(r.stages == 2);
+  auto block_registers = [](int threads, int registers) {
+    return (threads / 32) * 32 * ((registers + 7) / 8 * 8);
+  };
+  CHECK(2 * block_registers(r.recurrence_threads, r.recurrence_registers) +
+            block_registers(r.expand_threads, r.expand_registers) <=
+        65536);
+  constexpr size_t kReserved = 1024;  // per block
+  CHECK(2 * (r.recurrence_smem + kReserved) + r.expand_smem + kReserved <= size_t(228) * 1024);
+  CHECK(2 * r.recurrence_threads + r.expand_threads <= 2048);
+}
+
+// The measuring aids read one digit that the switch takes, else the rule (-1): a sweep's value the switch
+// does not take ("16" for the output runs, which once measured the rule as if it were runs of 16) reads as
+// unset, and is named on stderr instead of passing silently.
+TEST_CASE("CUDA measuring switches take only their own digits", "[gpu][switches]") {
+  const char* runs = "SGDN_CUDA_OUT_RUN";
+  for (const auto& [value, expected] : std::vector<std::pair<const char*, int>>{
+           {"", -1}, {"1", 1}, {"2", 2}, {"4", 4}, {"8", 8}, {"3", -1}, {"16", -1}, {"0", -1}, {"x", -1}}) {
+    const ScopedEnv set(runs, value);
+    INFO(runs << "=\"" << value << "\"");
+    CHECK(cuda::measuring_switch(runs) == expected);
+  }
+  {
+    const ScopedEnv set("SGDN_CUDA_REC_STAGES", "4");
+    CHECK(cuda::measuring_switch("SGDN_CUDA_REC_STAGES") == 4);
+  }
+  {
+    const ScopedEnv set("SGDN_CUDA_REC_STAGES", "5");
+    CHECK(cuda::measuring_switch("SGDN_CUDA_REC_STAGES") == -1);
+  }
+  {
+    const ScopedEnv set("SGDN_CUDA_OUT_TAIL", "0");
+    CHECK(cuda::measuring_switch("SGDN_CUDA_OUT_TAIL") == 0);
+  }
+  {
+    const ScopedEnv set("SGDN_CUDA_NOT_A_SWITCH", "1");  // a name the table lacks takes no value
+    CHECK(cuda::measuring_switch("SGDN_CUDA_NOT_A_SWITCH") == -1);
+  }
 }
 
 // A small case for compute-sanitizer (memcheck, racecheck): every stage, a ragged chunk, G = 2, snapshots.
