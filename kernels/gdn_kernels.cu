@@ -993,9 +993,9 @@ __global__ void __launch_bounds__(kExpandThreads) expand_mask_kernel(ExpandMaskA
     typename BlockReduce::TempStorage reduce;
   } temp;
   // Tiles of kExpandThreads x kSpan chunks, thread t's kSpan consecutive ones read at once (one round trip a
-  // tile: one tile up to 128K, where a tile of one chunk a thread took eight round trips and eight block
-  // scans; with 8 chunks a thread at 128 threads, two tiles at 128K measured ~1 % slower).
-  constexpr int kSpan = 16;
+  // tile: one tile up to 64K, two at 128K, where a tile of one chunk a thread took eight round trips and
+  // eight block scans).
+  constexpr int kSpan = 8;
   const float* decay = a.chunk_decay + base + hv * n;
   GroupStart before{0, 0.f, false};  // the chunks of the tiles done
   int kept = 0;
