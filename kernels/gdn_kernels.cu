@@ -993,8 +993,8 @@ __global__ void __launch_bounds__(kExpandThreads) expand_mask_kernel(ExpandMaskA
     typename BlockReduce::TempStorage reduce;
   } temp;
   // Tiles of kExpandThreads x kSpan chunks, thread t's kSpan consecutive ones read at once (one round trip a
-  // tile: one tile up to 64K, two at 128K, where a tile of one chunk a thread took eight round trips and
-  // eight block scans).
+  // tile: one tile up to 64K, two at 128K; at 256 threads a tile of one chunk a thread had taken eight round
+  // trips and eight block scans at 128K).
   constexpr int kSpan = 8;
   const float* decay = a.chunk_decay + base + hv * n;
   GroupStart before{0, 0.f, false};  // the chunks of the tiles done
@@ -4720,7 +4720,10 @@ std::string forward(const Problem& p, const DeviceTensors& t, void* workspace, s
 
 // The measuring aids (measuring_switch, gdn_device.h): environment variables holding one digit, each with the
 // digits it takes. Unset reads as -1 (the rule). A value it does not take also reads as -1, and is named on
-// stderr once, so that a sweep cannot take the rule for the value it meant to measure.
+// stderr once, so that a sweep cannot take the rule for the value it meant to measure. (A value a switch
+// takes may still be the rule where its call site does not apply it: SGDN_CUDA_REC_STAGES=4 only for the
+// 32-column warpgroup blocks, see recurrence_stages.)
+namespace {
 struct MeasuringSwitch {
   const char* name;
   const char* digits;  // the values it takes
@@ -4741,6 +4744,8 @@ constexpr MeasuringSwitch kMeasuringSwitches[] = {
     {"SGDN_CUDA_PREP_PREFETCH", "0123456789"},
     {"SGDN_CUDA_SELECT_GLOBAL", "01"},
 };
+}  // namespace
+
 int measuring_switch(const char* name) {
   const char* digits = "";  // a name missing from the table (a call site's typo) takes none
   for (const MeasuringSwitch& m : kMeasuringSwitches)
@@ -4749,9 +4754,9 @@ int measuring_switch(const char* name) {
   if (!env || !env[0]) return -1;
   if (env[1] == 0 && env[0] != 0 && std::strchr(digits, env[0])) return env[0] - '0';
   static std::mutex mutex;
-  static std::set<std::string> named;
+  static std::set<std::string> named;  // each name=value once
   std::lock_guard<std::mutex> lock(mutex);
-  if (named.insert(name).second)
+  if (named.insert(std::string(name) + "=" + env).second)
     std::fprintf(stderr, "sgdn_cuda: ignoring %s=%s (it takes one of the digits \"%s\"); the rule applies\n",
                  name, env, digits);
   return -1;

@@ -52,7 +52,7 @@ def main():
     for T, label, lengths in [layout(x) for x in args.layouts]:
         inputs, _ = bench.layout_inputs(T, lengths)
         for name in args.configs.split(","):
-            ours, calls = bench.ours_calls(lib, inputs, lengths, bench.CONFIGS[name])
+            ours, calls = bench.ours_calls(lib, inputs, lengths, {**bench.CONFIGS, **bench.EXTRA_CONFIGS}[name])
             for _ in range(3):
                 calls[0]()
             torch.cuda.synchronize()
@@ -69,7 +69,7 @@ def main():
                 raise SystemExit(f"{label} {name}: no {FIRST} in the profiler's trace")
             if len(shapes) != 1:
                 raise SystemExit(f"{label} {name}: the forwards ran different kernels: {shapes}")
-            ends = [run[-1][2] for run in runs]
+            ends = [max(end for _, _, end in run) for run in runs]
             print(f"{label} {name}: {len(runs)} forwards, last kernel ends at {statistics.median(ends):.1f} µs "
                   f"(min {min(ends):.1f}, max {max(ends):.1f})")
             for i, (kernel, _, _) in enumerate(runs[0]):
