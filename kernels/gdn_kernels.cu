@@ -3996,7 +3996,7 @@ bool recurrence_wg32(int columns, int warps, bool v_out) {
 int recurrence_columns(const Problem& p, int multiprocessors) {
   if (measuring_switch("SGDN_CUDA_REC_WG") == 1) return 64;
   const int forced = measuring_switch("SGDN_CUDA_REC_WIDE");
-  if (forced == 0 || forced == 1) return forced ? 64 : 32;
+  if (forced >= 0) return forced ? 64 : 32;
   const int64_t narrow = tc::recurrence_tc_blocks(p);
   if (narrow <= multiprocessors) return 32;
   const bool sparse_two_per_sm = p.selector != SelectorKind::dense && p.group == 1 &&
@@ -4066,7 +4066,7 @@ int recurrence_stages(const Problem& p, int multiprocessors, int columns, bool w
 // holds. SGDN_CUDA_REC_WARPS=4 or 8 forces it (a measuring aid).
 int recurrence_warps(const Problem& p, int columns) {
   const int forced = measuring_switch("SGDN_CUDA_REC_WARPS");
-  if (forced == 4 || forced == 8) return forced;
+  if (forced >= 0) return forced;
   if (columns == 32 && measuring_switch("SGDN_CUDA_REC_WG32") != 0) return 8;
   return columns == 32 && p.selector != SelectorKind::dense ? 8 : 4;
 }
@@ -4084,7 +4084,7 @@ int recurrence_warps(const Problem& p, int columns) {
 bool v_through_memory(const Problem& p, int columns) {
   if (p.selector != SelectorKind::dense || p.group != 1) return false;
   const int forced = measuring_switch("SGDN_CUDA_V_THROUGH");
-  if (forced == 0 || forced == 1) return forced == 1;
+  if (forced >= 0) return forced == 1;
   return columns == 64;
 }
 // Whether the tensor-core output blocks compute with warpgroup products (wgmma, operands in sw128 tiles:
@@ -4149,7 +4149,7 @@ auto output_variant(bool out_bf16, bool v_in, bool runs, bool dense) {
 int output_run(const Problem& p, int multiprocessors) {
   if (!p.uses_tensor_cores() || p.group != 1 || p.selector == SelectorKind::dense) return 1;
   const int forced = measuring_switch("SGDN_CUDA_OUT_RUN");
-  if (forced == 1 || forced == 2 || forced == 4 || forced == 8) return forced;
+  if (forced >= 0) return forced;
   const int64_t blocks_of_one = p.max_chunks() * p.v_heads, enough = int64_t(16) * multiprocessors;
   return blocks_of_one >= 4 * enough ? 4 : blocks_of_one >= 2 * 4 * int64_t(multiprocessors) ? 2 : 1;
 }
@@ -4206,7 +4206,7 @@ SeparateStages separate_stages(const Problem& p, int multiprocessors, int rec_co
 int fused_warpgroups(const Problem& p, int multiprocessors, int columns) {
   if (!p.uses_tensor_cores() || p.selector != SelectorKind::dense || p.group != 1) return 0;
   const int forced = measuring_switch("SGDN_CUDA_FUSED");
-  if (forced >= 0 && forced <= 3) return forced;
+  if (forced >= 0) return forced;
   if (columns != 64 || !recurrence_wgmma(columns)) return 0;
   return tc::recurrence_tc_blocks(p, 64) > multiprocessors ? 2 : 3;
 }
@@ -4719,7 +4719,8 @@ std::string forward(const Problem& p, const DeviceTensors& t, void* workspace, s
 }
 
 // The measuring aids (measuring_switch, gdn_device.h): environment variables holding one digit, each with the
-// digits it takes. Unset reads as -1 (the rule). A value it does not take also reads as -1, and is named on
+// digits it takes (the one list of them: the call sites take any value it returns). Unset reads as -1 (the
+// rule). A value it does not take also reads as -1, and is named on
 // stderr once, so that a sweep cannot take the rule for the value it meant to measure. (A value a switch
 // takes may still be the rule where its call site does not apply it: SGDN_CUDA_REC_STAGES=4 only for the
 // 32-column warpgroup blocks, see recurrence_stages.)
@@ -4752,7 +4753,7 @@ int measuring_switch(const char* name) {
     if (std::strcmp(m.name, name) == 0) digits = m.digits;
   const char* env = std::getenv(name);
   if (!env || !env[0]) return -1;
-  if (env[1] == 0 && env[0] != 0 && std::strchr(digits, env[0])) return env[0] - '0';
+  if (env[1] == 0 && std::strchr(digits, env[0])) return env[0] - '0';
   static std::mutex mutex;
   static std::set<std::string> named;  // each name=value once
   std::lock_guard<std::mutex> lock(mutex);

@@ -981,6 +981,29 @@ TEST_CASE("CUDA backend rejects what it cannot run, naming it", "[gpu][errors]")
   CHECK_THAT(cuda::forward(p, t, nullptr, 0, nullptr), Catch::Contains("workspace"));
 }
 
+namespace {
+// The Qwen shape (H = 16, HV = 32, K = V = 128) on tensor cores with bf16 inputs and outputs, `num_seqs`
+// sequences over `total` tokens: the dense selector, or sparse-default (block_adjacent band 1, head_budget
+// rho 0.29 with the update_norm score).
+cuda::Problem qwen_problem(int64_t num_seqs, int64_t total, bool dense) {
+  cuda::Problem p;
+  p.num_seqs = num_seqs;
+  p.total_tokens = total;
+  p.qk_heads = 16;
+  p.v_heads = 32;
+  p.key_dim = p.value_dim = 128;
+  p.input_dtype = p.output_dtype = cuda::DType::bfloat16;
+  p.tensor_cores = true;
+  if (!dense) {
+    p.selector = cuda::SelectorKind::head_budget;
+    p.score = cuda::ScoreKind::update_norm;
+    p.solver_band = 1;
+    p.rho = 0.29;
+  }
+  return p;
+}
+}  // namespace
+
 // A 2-stage recurrence block leaves room for an output block beside it only while the two blocks' registers
 // fit: a multiprocessor quarter (one scheduler) has 512 registers a lane, allocated to a warp in steps of 8 a
 // lane, and the quarter that holds most of the two blocks' warps (3 of the recurrence's 9, 2 of the output
@@ -995,21 +1018,9 @@ TEST_CASE("CUDA output blocks fit beside a 2-stage recurrence block", "[gpu][tc]
   for (const bool dense : {true, false})
     for (const bool out_bf16 : {true, false})
       for (const int64_t T : {4096, 16384, 32768, 131072}) {
-        cuda::Problem p;
-        p.total_tokens = T;
-        p.qk_heads = 16;
-        p.v_heads = 32;
-        p.key_dim = p.value_dim = 128;
-        p.input_dtype = cuda::DType::bfloat16;
+        cuda::Problem p = qwen_problem(1, T, dense);
         p.output_dtype = out_bf16 ? cuda::DType::bfloat16 : cuda::DType::float32;
-        p.tensor_cores = true;
-        if (!dense) {
-          p.selector = cuda::SelectorKind::head_budget;
-          p.score = cuda::ScoreKind::update_norm;
-          p.solver_band = 1;
-          p.rho = 0.29;
-          p.max_fraction = 0.4;
-        }
+        if (!dense) p.max_fraction = 0.4;
         cuda::StageRegisters r;
         REQUIRE(cuda::stage_registers(p, &r).empty());
         INFO((dense ? "dense" : "capped head_budget")
@@ -1032,18 +1043,7 @@ TEST_CASE("CUDA output blocks fit beside a 2-stage recurrence block", "[gpu][tc]
 // (registers, shared memory, threads). At 256 threads of 74 registers it did not, and the outputs at 2 x 16K
 // began ~38 µs after the selection (perf notes, v56).
 TEST_CASE("CUDA mask expansion blocks fit beside two chain blocks", "[gpu][tc][registers]") {
-  cuda::Problem p;
-  p.num_seqs = 2;
-  p.total_tokens = 32768;
-  p.qk_heads = 16;
-  p.v_heads = 32;
-  p.key_dim = p.value_dim = 128;
-  p.input_dtype = p.output_dtype = cuda::DType::bfloat16;
-  p.tensor_cores = true;
-  p.selector = cuda::SelectorKind::head_budget;
-  p.score = cuda::ScoreKind::update_norm;
-  p.solver_band = 1;
-  p.rho = 0.29;
+  const cuda::Problem p = qwen_problem(2, 32768, false);
   cuda::StageRegisters r;
   REQUIRE(cuda::stage_registers(p, &r).empty());
   INFO("recurrence " << r.recurrence_threads << " threads x " << r.recurrence_registers << " registers, "
