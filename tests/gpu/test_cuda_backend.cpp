@@ -1052,16 +1052,28 @@ TEST_CASE("CUDA mask expansion blocks fit beside two chain blocks", "[gpu][tc][r
   REQUIRE(r.separate);
   REQUIRE(r.stages == 2);
   // The multiprocessor's registers in sum (per-thread counts rounded up to 8, whole warps): a bound that
-  // every placement needs, not one that proves the placement (each scheduler's quarter has its own 512
-  // registers a lane; the output blocks' test above checks a quarter). That the blocks do run side by side
-  // was measured: with this fit the output grid at 2 x 16K starts as soon after the selection as at B = 1
+  // every placement needs, not one that proves the placement. That the blocks do run side by side was
+  // measured: with this fit the output grid at 2 x 16K starts as soon after the selection as at B = 1
   // (perf notes, v56).
-  auto block_registers = [](int threads, int registers) {
-    return (threads + 31) / 32 * 32 * ((registers + 7) / 8 * 8);
+  auto warp_registers = [](int registers) { return 32 * ((registers + 7) / 8 * 8); };
+  auto block_registers = [&](int threads, int registers) {
+    return (threads + 31) / 32 * warp_registers(registers);
   };
   CHECK(2 * block_registers(r.recurrence_threads, r.recurrence_registers) +
             block_registers(r.expand_threads, r.expand_registers) <=
         65536);
+  // And per scheduler: each quarter of the multiprocessor has 16 384 registers, the two chain blocks' warps
+  // spread over the quarters as evenly as they go (5, 5, 4, 4 for 2 x 9), and every expansion warp has to
+  // find a quarter with room. The sum alone was not enough: a chain form at 92 registers (96 allocated) met
+  // it exactly, 65 536, yet the output grid started 9 µs later than with this one (perf notes, v57).
+  const int chain_warps = 2 * ((r.recurrence_threads + 31) / 32), expand_warps = (r.expand_threads + 31) / 32;
+  int placed = 0;
+  for (int q = 0; q < 4; ++q) {
+    const int room =
+        16384 - (chain_warps / 4 + (q < chain_warps % 4)) * warp_registers(r.recurrence_registers);
+    placed += std::max(room, 0) / warp_registers(r.expand_registers);
+  }
+  CHECK(placed >= expand_warps);
   constexpr size_t kReserved = 1024;  // per block
   CHECK(2 * (r.recurrence_smem + kReserved) + r.expand_smem + kReserved <= size_t(228) * 1024);
   CHECK(2 * r.recurrence_threads + r.expand_threads <= 2048);
