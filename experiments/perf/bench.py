@@ -31,6 +31,7 @@ import os
 import statistics
 import subprocess
 import sys
+import time
 
 os.environ.setdefault("FLA_FLASH_QLA", "0")
 import torch  # noqa: E402
@@ -128,6 +129,25 @@ def layout_inputs(T, lengths):
     return inputs, cu_fla
 
 
+def named(layouts, configs):
+    """The layouts and configurations that comma-separated names choose, as {name: (T, name, lengths)} and
+    {name: settings}, in the order named; exits naming the first unknown one (the measuring aids' arguments)."""
+    known_layouts = {l[1]: l for l in LAYOUTS}
+    known_configs = dict(CONFIGS, **EXTRA_CONFIGS)
+    for name in layouts.split(","):
+        if name not in known_layouts:
+            sys.exit(f"unknown layout {name}; known: {', '.join(known_layouts)}")
+    for name in configs.split(","):
+        if name not in known_configs:
+            sys.exit(f"unknown configuration {name}; known: {', '.join(known_configs)}")
+    return ({n: known_layouts[n] for n in layouts.split(",")}, {n: known_configs[n] for n in configs.split(",")})
+
+
+def fla_forward(fla_fn, inputs, cu_seqlens):
+    """FLA's forward on one input set (q, k, v, g, beta), as the harness times it."""
+    return fla_fn(*inputs, scale=K ** -0.5, output_final_state=True, cu_seqlens=cu_seqlens)
+
+
 def ours_calls(lib, inputs, lengths, cfg, out_dtype=torch.bfloat16):
     """Our forward prepared on every input set, and one call per set (what time_graph takes)."""
     ours = Ours(lib, inputs[0], lengths, cfg, out_dtype)
@@ -136,9 +156,11 @@ def ours_calls(lib, inputs, lengths, cfg, out_dtype=torch.bfloat16):
     return ours, [lambda i=i: ours(i) for i in range(len(inputs))]
 
 
-def time_graph(calls, warmup=3, repeats=20, plain=False):
+def time_graph(calls, warmup=3, repeats=20, plain=False, settle=0.0):
     """Captures one graph holding every call in `calls` (one per input set); median ms per call, and the
-    spread. plain: times the calls as plain launches instead (also where capture fails)."""
+    spread. plain: times the calls as plain launches instead (also where capture fails). settle: seconds
+    the device stays idle before the warm-up replays, so that each side starts from the same power state
+    (our forwards draw near the board's cap; see power_probe.py)."""
     stream = torch.cuda.Stream()
     stream.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(stream):
@@ -161,6 +183,8 @@ def time_graph(calls, warmup=3, repeats=20, plain=False):
             print(f"graph capture failed ({exc}); timing plain launches with events", file=sys.stderr, flush=True)
             graph = None
             torch.cuda.synchronize()
+    if settle > 0:
+        time.sleep(settle)
     for _ in range(warmup):
         run()
     torch.cuda.synchronize()
@@ -195,6 +219,8 @@ def main():
     ap.add_argument("--quick", action="store_true", help="T = 4K and 32K only")
     ap.add_argument("--layouts", help="comma-separated layout names to run (e.g. 1x32K,4x8K); default all")
     ap.add_argument("--repeats", type=int, default=20)
+    ap.add_argument("--settle", type=float, default=0.0,
+                    help="seconds of idle device before each side's timed replays (default 0: as it finds it)")
     ap.add_argument("--out-dtype", choices=["bfloat16", "float32"], default="bfloat16",
                     help="our output's dtype (FLA's stays bf16; float32 runs are a subset, never h200)")
     ap.add_argument("--name", help="base name of the result files in --out (default: h200 for the whole table, "
@@ -220,7 +246,7 @@ def main():
                      "fla": fla_version(fla), "FLA_FLASH_QLA": os.environ.get("FLA_FLASH_QLA"),
                      "sgdn": os.environ.get("SGDN_REV", "working tree"), "sgdn_abi": lib.sgdn_cuda_abi_version()},
         "method": "CUDA-graph replay, median of %d replays after 3 warm-up replays; 2 rotating input sets for T <= 8K"
-                  % args.repeats,
+                  % args.repeats + ("; %g s idle before each side" % args.settle if args.settle > 0 else ""),
         "shape": {"H": H, "HV": HV, "K": K, "V": V, "chunk": C, "dtype": "bfloat16", "ours_out_dtype": args.out_dtype},
         "configs": None,  # filled in below with those run
     }
@@ -244,10 +270,9 @@ def main():
         fla_out = {}
         for i, (q, k, v, g, beta) in enumerate(inputs):
             def fla_call(i=i, q=q, k=k, v=v, g=g, beta=beta):
-                fla_out[i] = chunk_gated_delta_rule(q, k, v, g, beta, scale=K ** -0.5, output_final_state=True,
-                                                    cu_seqlens=cu_fla)
+                fla_out[i] = fla_forward(chunk_gated_delta_rule, (q, k, v, g, beta), cu_fla)
             fla_calls.append(fla_call)
-        fla_ms, fla_spread = time_graph(fla_calls, repeats=args.repeats)
+        fla_ms, fla_spread = time_graph(fla_calls, repeats=args.repeats, settle=args.settle)
         fla_call = fla_calls[0]
         fla_out.clear()
         torch.cuda.synchronize()
@@ -264,7 +289,7 @@ def main():
         fla_out.clear()
         for cname, cfg in configs.items():
             ours, calls = ours_calls(lib, inputs, lengths, cfg, getattr(torch, args.out_dtype))
-            ours_ms, ours_spread = time_graph(calls, repeats=args.repeats)
+            ours_ms, ours_spread = time_graph(calls, repeats=args.repeats, settle=args.settle)
             ours(0)
             torch.cuda.synchronize()
             err = rel(ours.o, fla_o)
@@ -284,7 +309,7 @@ def main():
         torch.cuda.empty_cache()
     os.makedirs(args.out, exist_ok=True)
     result = dict(meta, rows=rows)
-    narrowed = args.quick or args.layouts or args.configs or args.out_dtype != "bfloat16"
+    narrowed = args.quick or args.layouts or args.configs or args.out_dtype != "bfloat16" or args.settle > 0
     name = args.name or ("h200_subset" if narrowed else "h200")
     with open(os.path.join(args.out, name + ".json"), "w") as f:
         json.dump(result, f, indent=1)
@@ -292,6 +317,7 @@ def main():
            "python3 experiments/perf/bench.py" + (" --quick" if args.quick else "")
            + (f" --layouts {args.layouts}" if args.layouts else "") + (f" --configs {args.configs}" if args.configs else "")
            + (f" --out-dtype {args.out_dtype}" if args.out_dtype != "bfloat16" else "")
+           + (f" --settle {args.settle:g}" if args.settle > 0 else "")
            + (f" --name {args.name}" if args.name else ""))
     lines = [f"# SparseGDN vs FLA on {meta['device']}", "",
              f"{meta['date']}; " + ", ".join(f"{k} {v}" for k, v in meta["versions"].items()), "",

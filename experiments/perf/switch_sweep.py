@@ -33,14 +33,7 @@ def main():
     args = ap.parse_args()
     if not args.switch.startswith("SGDN_CUDA_"):
         sys.exit(f"--switch {args.switch}: not one of ours (SGDN_CUDA_...)")
-    known_layouts = {l[1]: l for l in bench.LAYOUTS}
-    known_configs = dict(bench.CONFIGS, **bench.EXTRA_CONFIGS)
-    for name in args.layouts.split(","):
-        if name not in known_layouts:
-            sys.exit(f"unknown layout {name}; known: {', '.join(known_layouts)}")
-    for name in args.configs.split(","):
-        if name not in known_configs:
-            sys.exit(f"unknown configuration {name}; known: {', '.join(known_configs)}")
+    layouts, configs = bench.named(args.layouts, args.configs)
     values = args.values.split(",")
     lib = bench.sgdn_cuda.load_library()
     from fla.ops.gated_delta_rule import chunk_gated_delta_rule
@@ -53,13 +46,10 @@ def main():
 
     rows = []
     print(f"{args.switch}: values {values}, {args.rounds} rounds, {torch.cuda.get_device_name(0)}", flush=True)
-    for layout in args.layouts.split(","):
-        T, _, lengths = known_layouts[layout]
+    for layout, (T, _, lengths) in layouts.items():
         inputs, cu_fla = bench.layout_inputs(T, lengths)
-        fla_calls = [lambda x=x: chunk_gated_delta_rule(*x, scale=bench.K ** -0.5, output_final_state=True,
-                                                        cu_seqlens=cu_fla) for x in inputs]
-        for cname in args.configs.split(","):
-            cfg = known_configs[cname]
+        fla_calls = [lambda x=x: bench.fla_forward(chunk_gated_delta_rule, x, cu_fla) for x in inputs]
+        for cname, cfg in configs.items():
             ours, calls = bench.ours_calls(lib, inputs, lengths, cfg)
             fla_ms, ours_ms = [], {v: [] for v in values}
             for _ in range(args.rounds):
