@@ -224,7 +224,8 @@ def main():
     ap.add_argument("--out-dtype", choices=["bfloat16", "float32"], default="bfloat16",
                     help="our output's dtype (FLA's stays bf16; float32 runs are a subset, never h200)")
     ap.add_argument("--name", help="base name of the result files in --out (default: h200 for the whole table, "
-                    "h200_subset when --quick, --layouts or --configs narrow it, so a subset never replaces it)")
+                    "h200_subset when --quick, --layouts, --configs, --out-dtype or --settle narrow or change it, so "
+                    "such a run never replaces it)")
     ap.add_argument("--configs", help="comma-separated configurations (default: " + ", ".join(CONFIGS) +
                     "; also " + ", ".join(EXTRA_CONFIGS) + ")")
     args = ap.parse_args()
