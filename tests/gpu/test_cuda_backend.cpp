@@ -1002,6 +1002,20 @@ cuda::Problem qwen_problem(int64_t num_seqs, int64_t total, bool dense) {
   }
   return p;
 }
+
+// A multiprocessor quarter (one scheduler) has 512 registers a lane; a warp takes its threads' count rounded
+// up to 8, for all 32 lanes.
+constexpr int kQuarterRegisters = 512 * 32;
+int warp_registers(int registers) {
+  return 32 * ((registers + 7) / 8 * 8);
+}
+int warps_of(int threads) {
+  return (threads + 31) / 32;
+}
+// How many of a block's `warps` land on quarter q when they spread as evenly as they go (quarter 0 the most).
+int warps_on_quarter(int warps, int q) {
+  return warps / 4 + (q < warps % 4);
+}
 }  // namespace
 
 // A 2-stage recurrence block leaves room for an output block beside it only while the two blocks' registers
@@ -1012,8 +1026,6 @@ cuda::Problem qwen_problem(int64_t num_seqs, int64_t total, bool dense) {
 // selectors that take 2-stage blocks with an output block beside them at B = 1 (dense, a capped head_budget),
 // bf16 and fp32 outputs.
 TEST_CASE("CUDA output blocks fit beside a 2-stage recurrence block", "[gpu][tc][registers]") {
-  auto allocated = [](int registers) { return (registers + 7) / 8 * 8; };
-  auto busiest_quarter = [](int threads) { return (threads / 32 + 3) / 4; };  // warps on one scheduler
   int checked = 0;
   for (const bool dense : {true, false})
     for (const bool out_bf16 : {true, false})
@@ -1030,9 +1042,9 @@ TEST_CASE("CUDA output blocks fit beside a 2-stage recurrence block", "[gpu][tc]
         REQUIRE(r.separate);
         if (r.stages != 2) continue;
         ++checked;
-        CHECK(busiest_quarter(r.recurrence_threads) * allocated(r.recurrence_registers) +
-                  busiest_quarter(r.output_threads) * allocated(r.output_registers) <=
-              512);
+        CHECK(warps_on_quarter(warps_of(r.recurrence_threads), 0) * warp_registers(r.recurrence_registers) +
+                  warps_on_quarter(warps_of(r.output_threads), 0) * warp_registers(r.output_registers) <=
+              kQuarterRegisters);
       }
   CHECK(checked == 16);  // both selectors take 2-stage 32-column blocks at B = 1 at every T here
 }
@@ -1055,25 +1067,21 @@ TEST_CASE("CUDA mask expansion blocks fit beside two chain blocks", "[gpu][tc][r
   // every placement needs, not one that proves the placement. That the blocks do run side by side was
   // measured: with this fit the output grid at 2 x 16K starts as soon after the selection as at B = 1
   // (perf notes, v56).
-  auto warp_registers = [](int registers) { return 32 * ((registers + 7) / 8 * 8); };
-  auto block_registers = [&](int threads, int registers) {
-    return (threads + 31) / 32 * warp_registers(registers);
-  };
-  CHECK(2 * block_registers(r.recurrence_threads, r.recurrence_registers) +
-            block_registers(r.expand_threads, r.expand_registers) <=
-        65536);
+  CHECK(2 * warps_of(r.recurrence_threads) * warp_registers(r.recurrence_registers) +
+            warps_of(r.expand_threads) * warp_registers(r.expand_registers) <=
+        4 * kQuarterRegisters);
   // And per scheduler: each quarter of the multiprocessor has 16 384 registers, the two chain blocks' warps
   // spread over the quarters as evenly as they go (5, 5, 4, 4 for 2 x 9), and every expansion warp has to
   // find a quarter with room. The sum alone was not enough: a chain form at 92 registers (96 allocated) met
   // it exactly, 65 536, yet the output grid started 9 µs later than with this one (perf notes, v57).
-  const int chain_warps = 2 * ((r.recurrence_threads + 31) / 32), expand_warps = (r.expand_threads + 31) / 32;
+  const int chain_warps = 2 * warps_of(r.recurrence_threads);
   int placed = 0;
   for (int q = 0; q < 4; ++q) {
     const int room =
-        16384 - (chain_warps / 4 + (q < chain_warps % 4)) * warp_registers(r.recurrence_registers);
+        kQuarterRegisters - warps_on_quarter(chain_warps, q) * warp_registers(r.recurrence_registers);
     placed += std::max(room, 0) / warp_registers(r.expand_registers);
   }
-  CHECK(placed >= expand_warps);
+  CHECK(placed >= warps_of(r.expand_threads));
   constexpr size_t kReserved = 1024;  // per block
   CHECK(2 * (r.recurrence_smem + kReserved) + r.expand_smem + kReserved <= size_t(228) * 1024);
   CHECK(2 * r.recurrence_threads + r.expand_threads <= 2048);
