@@ -212,6 +212,19 @@ def rel(a, b):
     return ((a.float() - b.float()).norm() / b.float().norm()).item()
 
 
+def sgdn_revision(lib):
+    """The checkout the loaded C ABI library was built from: SGDN_REV if set, else the REVISION file that
+    stage_dist.sh writes beside the library (`git describe --always --dirty` at staging), else "unknown"."""
+    if os.environ.get("SGDN_REV"):
+        return os.environ["SGDN_REV"]
+    path = os.path.join(os.path.dirname(os.path.abspath(lib._name)), "REVISION")
+    try:
+        with open(path) as f:
+            return f.read().strip() or "unknown"
+    except OSError:
+        return "unknown"
+
+
 @torch.inference_mode()
 def main():
     ap = argparse.ArgumentParser()
@@ -245,7 +258,7 @@ def main():
         "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%MZ"),
         "versions": {"torch": torch.__version__, "cuda": torch.version.cuda, "triton": triton.__version__,
                      "fla": fla_version(fla), "FLA_FLASH_QLA": os.environ.get("FLA_FLASH_QLA"),
-                     "sgdn": os.environ.get("SGDN_REV", "working tree"), "sgdn_abi": lib.sgdn_cuda_abi_version()},
+                     "sgdn": sgdn_revision(lib), "sgdn_abi": lib.sgdn_cuda_abi_version()},
         "method": "CUDA-graph replay, median of %d replays after 3 warm-up replays; 2 rotating input sets for T <= 8K"
                   % args.repeats + ("; %g s idle before each side" % args.settle if args.settle > 0 else ""),
         "shape": {"H": H, "HV": HV, "K": K, "V": V, "chunk": C, "dtype": "bfloat16", "ours_out_dtype": args.out_dtype},
