@@ -213,8 +213,9 @@ def rel(a, b):
 
 
 def sgdn_revision(lib):
-    """The checkout the loaded C ABI library was built from: SGDN_REV if set, else the REVISION file that
-    stage_dist.sh writes beside the library (`git describe --always --dirty` at staging), else "unknown"."""
+    """The checkout the loaded C ABI library was staged from: SGDN_REV if set, else the REVISION file that
+    stage_dist.sh writes beside the library (`git describe --always --dirty` when it ran; build before staging,
+    so that the two agree), else "unknown"."""
     if os.environ.get("SGDN_REV"):
         return os.environ["SGDN_REV"]
     path = os.path.join(os.path.dirname(os.path.abspath(lib._name)), "REVISION")

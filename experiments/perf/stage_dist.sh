@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Copies the GPU test binary, the C ABI library and the non-system shared libraries they need into
-# build-cuda/dist (carried to the device machine; see kernels/NOTES.md), with REVISION: the checkout they
-# were built from.
+# build-cuda/dist (carried to the device machine; see kernels/NOTES.md), with REVISION: the checkout at
+# staging (build first, so that it is the one they were built from).
 set -eu
 B=${1:-build-cuda}
 rm -rf "$B/dist" && mkdir -p "$B/dist/lib"
