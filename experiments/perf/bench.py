@@ -1,24 +1,30 @@
-"""Issue-5 harness: SparseGDN's CUDA backend beside FLA on one GPU, in one process, on the same bf16 inputs.
+"""SparseGDN's CUDA backend beside FLA and FlashQLA on one GPU, in one process, on the same bf16 inputs.
 
-Qwen3.5 head shape (H = 16, HV = 32, K = V = 128), chunk 64. Layouts: B = 1 at T = 4K..128K, and packed
-4 x 8K and 2 x 16K (cu_seqlens). Configurations:
-  dense           exact solver, every event (score `none`: the dense selector reads no scores)
-  sparse-default  block_adjacent band 1, update_norm score, head_budget rho = 0.29 (pair granularity), G = 1
-Both sides are timed the same way: one CUDA graph per side holding one call per input set (2 rotating input
-sets when T <= 8K, so the inputs are not served from the 60 MB L2), warm-up replays, then the median of
-timed replays (CUDA events) divided by the calls in the graph. Timed: our whole C ABI forward (chunk table,
-prepare, scores, selection, recurrence, outputs, final state) against FLA's chunk_gated_delta_rule
-(output_final_state=True, FLA_FLASH_QLA=0).
+Qwen3.5 head shape (H = 16, HV = 32, K = V = 128), chunk 64. Layouts (benchlib.LAYOUTS): one sequence of 2K to
+128K tokens, packed batches 4 x 8K, 2 x 16K, 8 x 4K and 32 x 1K, and a ragged batch of five sequences
+(cu_seqlens). Configurations: dense (exact solver, every event), sparse-default (the project's default) and
+sparse-cap0.4 (its budget capped at 40 % of a unit's chunks); more with --configs.
 
-Intermediates, FLA's h tensor (N x HV x K x V bf16) against our snapshots written ((kept events + 1) x K x V
-per head, bf16 on the tensor-core path): the issue's comparison, `ours_bytes` / `fla_bytes`. Beside them,
-everything else each side keeps while it runs: ours the U/W tensors (bf16, N x HV x 64 x (K + V)) and the
-whole workspace the C ABI asks for (sized for the worst case, every event kept); FLA's the growth of the
-allocated memory during one call, less its outputs o and final state (measured: its cumulative decays, A, w,
-u, h and v_new).
+Every side is timed the same way: one CUDA graph per side holding one call per input set (2 rotating input
+sets when T <= 8K, so that the inputs are not served from L2), 3 warm-up replays, then the median of 20 timed
+replays (CUDA events) divided by the calls in the graph. Timed: our whole C ABI forward (chunk table,
+pre-pass, scores, selection, recurrence, outputs, final state); FLA's chunk_gated_delta_rule with
+FLA_FLASH_QLA=0 (its own Triton kernels, not FlashQLA's); FlashQLA's chunk_gated_delta_rule with its
+context parallelism (auto_cp, its default) and without it. All with output_final_state=True. FlashQLA
+compiles its kernels on first use (about a minute, then 10-25 s for each new layout): each layout's calls
+run once before the graph is captured, and that warm-up is not timed.
 
-    SGDN_CUDA_LIB=build-cuda/dist/libsgdn_cuda_capi.so python3 experiments/perf/bench.py [--out DIR] [--quick]
-        [--layouts 1x32K,4x8K] [--configs sparse-default,sparse-G2] [--name BASE] [--out-dtype float32]
+Several builds of our library run side by side with --lib NAME=PATH (repeatable), on the same inputs and
+against the same FLA and FlashQLA times. Without --lib: the library sgdn_cuda.load_library() finds
+($SGDN_CUDA_LIB, else the build folder). FLA and FlashQLA are optional: where one is not installed its
+columns stay empty and a warning says so.
+
+Results: results/<gpu>.json and .md (<gpu> from the card's name: h100, h200, ...), or <gpu>_subset where
+--quick, --layouts, --configs or --out-dtype narrow or change the table.
+
+    python3 experiments/perf/bench.py [--lib old=/path/libsgdn_cuda_capi.so --lib new=...] [--quick]
+        [--layouts 1x32K,4x8K] [--configs sparse-default,sparse-G2] [--out DIR] [--name BASE]
+        [--out-dtype float32] [--no-fla] [--no-qla]
 """
 import argparse
 import ctypes
@@ -32,30 +38,22 @@ import statistics
 import subprocess
 import sys
 import time
+import warnings
 
-os.environ.setdefault("FLA_FLASH_QLA", "0")
+# FLA 0.6 hands its forward to FlashQLA whenever flash_qla is installed, unless this is 0. The benchmark
+# times FLA's own kernels, and FlashQLA on its own.
+os.environ["FLA_FLASH_QLA"] = "0"
 import torch  # noqa: E402
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "kernels", "python"))
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+sys.path.insert(0, os.path.join(HERE, "..", "..", "kernels", "python"))
+import benchlib  # noqa: E402
 import sgdn_cuda  # noqa: E402
+from benchlib import C, CONFIGS, EXTRA_CONFIGS, HV, K, LAYOUTS, H, V  # noqa: E402,F401
 
-H, HV, K, V, C = 16, 32, 128, 128, 64
-LAYOUTS = [(4096, "1x4K", [4096]), (8192, "1x8K", [8192]), (16384, "1x16K", [16384]), (32768, "1x32K", [32768]),
-           (65536, "1x64K", [65536]), (131072, "1x128K", [131072]), (32768, "4x8K", [8192] * 4),
-           (32768, "2x16K", [16384] * 2)]
-CONFIGS = {
-    "dense": dict(solver="exact", selector="dense", score="none", group=1),
-    "sparse-default": dict(solver="block_adjacent", band=1, selector="head_budget", rho=0.29, score="update_norm",
-                           group=1),
-    # The same budget with no unit above 40 % of its chunks: the recurrence's longest chain is 0.4 N events.
-    "sparse-cap0.4": dict(solver="block_adjacent", band=1, selector="head_budget", rho=0.29, max_fraction=0.4,
-                          score="update_norm", group=1),
-}
-# Run only when named with --configs: sparse-default with output windows of G = 2 and 4 chunks (SPEC §6).
-EXTRA_CONFIGS = {f"sparse-G{G}": dict(CONFIGS["sparse-default"], group=G) for G in (2, 4)}
-# ... and other bounds on the longest chain: head_budget capped at 0.5 and 0.67, topk (every unit 0.29 N).
-EXTRA_CONFIGS.update({f"sparse-cap{f}": dict(CONFIGS["sparse-cap0.4"], max_fraction=f) for f in (0.5, 0.67)})
-EXTRA_CONFIGS["sparse-topk"] = dict(CONFIGS["sparse-default"], selector="topk")
+REPEATS = 20
+WARMUP = 3
 
 
 def make_inputs(T, seed):
@@ -77,7 +75,7 @@ class Ours:
     """One preallocated call of the C ABI (no allocation or host sync inside, so it can be graph-captured)."""
 
     def __init__(self, lib, inputs, lengths, cfg, out_dtype=torch.bfloat16):
-        q, k, v, g, beta = inputs
+        q = inputs[0]
         T = q.shape[1]
         self.lib = lib
         c = sgdn_cuda.make_config(lib, num_seqs=len(lengths), total_tokens=T, qk_heads=H, v_heads=HV, key_dim=K,
@@ -85,17 +83,15 @@ class Ours:
         self.config = c
         size = ctypes.c_size_t(0)
         sgdn_cuda._check(lib, lib.sgdn_cuda_workspace_size(ctypes.byref(c), ctypes.byref(size)))
-        self.workspace = torch.empty(size.value, dtype=torch.uint8, device="cuda")
-        cu = [0]
-        for n in lengths:
-            cu.append(cu[-1] + n)
-        self.cu = torch.tensor(cu, dtype=torch.int32, device="cuda")
+        self.workspace = torch.empty(max(size.value, 1), dtype=torch.uint8, device="cuda")
+        self.cu = torch.tensor([0, *itertools.accumulate(lengths)], dtype=torch.int32, device="cuda")
         self.n_chunks = sum(math.ceil(n / C) for n in lengths)
         self.o = torch.empty((1, T, HV, V), dtype=out_dtype, device="cuda")
         self.final = torch.empty((len(lengths), HV, K, V), dtype=torch.float32, device="cuda")
         self.mask = torch.empty(self.n_chunks * HV, dtype=torch.uint8, device="cuda")
         self.score = torch.empty(self.n_chunks * HV, dtype=torch.float32, device="cuda")
-        self.budget = torch.empty((len(lengths), H), dtype=torch.int32, device="cuda")
+        units = H if cfg.get("granularity", "pair") == "pair" else HV
+        self.budget = torch.empty((len(lengths), units), dtype=torch.int32, device="cuda")
         self.tensors = []
         self.set_inputs(inputs)
 
@@ -121,31 +117,26 @@ class Ours:
 
 
 def layout_inputs(T, lengths):
-    """A layout's input sets (two, rotated in the timed graph, for T <= 8K; else one) and FLA's cu_seqlens
-    (int64; None for one sequence)."""
+    """A layout's input sets (two, rotated in the timed graph, for T <= 8K; else one) and the int64
+    cu_seqlens that FLA and FlashQLA take (None for one sequence)."""
     inputs = [make_inputs(T, 1000 * T + i) for i in range(2 if T <= 8192 else 1)]
-    cu_fla = (torch.tensor([0, *itertools.accumulate(lengths)], dtype=torch.int64, device="cuda")
-              if len(lengths) > 1 else None)
-    return inputs, cu_fla
+    cu = (torch.tensor([0, *itertools.accumulate(lengths)], dtype=torch.int64, device="cuda")
+          if len(lengths) > 1 else None)
+    return inputs, cu
 
 
 def named(layouts, configs):
     """The layouts and configurations that comma-separated names choose, as {name: (T, name, lengths)} and
-    {name: settings}, in the order named; exits naming the first unknown one (the measuring aids' arguments)."""
-    known_layouts = {l[1]: l for l in LAYOUTS}
-    known_configs = dict(CONFIGS, **EXTRA_CONFIGS)
-    for name in layouts.split(","):
-        if name not in known_layouts:
-            sys.exit(f"unknown layout {name}; known: {', '.join(known_layouts)}")
-    for name in configs.split(","):
-        if name not in known_configs:
-            sys.exit(f"unknown configuration {name}; known: {', '.join(known_configs)}")
-    return ({n: known_layouts[n] for n in layouts.split(",")}, {n: known_configs[n] for n in configs.split(",")})
+    {name: settings}; exits naming the first unknown one."""
+    try:
+        return ({l[1]: l for l in benchlib.choose_layouts(layouts)}, benchlib.choose_configs(configs))
+    except benchlib.UsageError as exc:
+        sys.exit(str(exc))
 
 
-def fla_forward(fla_fn, inputs, cu_seqlens):
-    """FLA's forward on one input set (q, k, v, g, beta), as the harness times it."""
-    return fla_fn(*inputs, scale=K ** -0.5, output_final_state=True, cu_seqlens=cu_seqlens)
+def fla_forward(fla_fn, inputs, cu_seqlens, **kwargs):
+    """FLA's (or FlashQLA's: the same signature) forward on one input set (q, k, v, g, beta)."""
+    return fla_fn(*inputs, scale=K ** -0.5, output_final_state=True, cu_seqlens=cu_seqlens, **kwargs)
 
 
 def ours_calls(lib, inputs, lengths, cfg, out_dtype=torch.bfloat16):
@@ -156,15 +147,15 @@ def ours_calls(lib, inputs, lengths, cfg, out_dtype=torch.bfloat16):
     return ours, [lambda i=i: ours(i) for i in range(len(inputs))]
 
 
-def time_graph(calls, warmup=3, repeats=20, plain=False, settle=0.0):
-    """Captures one graph holding every call in `calls` (one per input set); median ms per call, and the
-    spread. plain: times the calls as plain launches instead (also where capture fails). settle: seconds
-    the device stays idle before the warm-up replays, so that each side starts from the same power state
-    (our forwards draw near the board's cap; see power_probe.py)."""
+def time_graph(calls, warmup=WARMUP, repeats=REPEATS, plain=False):
+    """Captures one graph holding every call in `calls` (one per input set); median ms per call, the spread,
+    and whether the graph was captured. Every call runs once before the capture (compilation, caches, lazily
+    built state). plain: times the calls as plain launches instead (also where capture fails, said on
+    stderr)."""
     stream = torch.cuda.Stream()
     stream.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(stream):
-        for fn in calls:  # warm-up outside the graph (compilation, caches)
+        for fn in calls:
             fn()
     torch.cuda.current_stream().wait_stream(stream)
     torch.cuda.synchronize()
@@ -179,12 +170,10 @@ def time_graph(calls, warmup=3, repeats=20, plain=False, settle=0.0):
             with torch.cuda.graph(graph):
                 run()
             run = graph.replay
-        except Exception as exc:  # fall back to plain launches timed by events (reported on stderr)
+        except Exception as exc:
             print(f"graph capture failed ({exc}); timing plain launches with events", file=sys.stderr, flush=True)
             graph = None
             torch.cuda.synchronize()
-    if settle > 0:
-        time.sleep(settle)
     for _ in range(warmup):
         run()
     torch.cuda.synchronize()
@@ -196,57 +185,115 @@ def time_graph(calls, warmup=3, repeats=20, plain=False, settle=0.0):
         stop.record()
         stop.synchronize()
         times.append(start.elapsed_time(stop))
+    captured = graph is not None
     del graph
-    return statistics.median(times) / len(calls), (max(times) - min(times)) / len(calls)
+    return statistics.median(times) / len(calls), (max(times) - min(times)) / len(calls), captured
 
 
-def fla_version(fla):
-    """The installed fla-core's version (its distribution metadata; the module's own attribute otherwise)."""
-    try:
-        return importlib.metadata.version("fla-core")
-    except importlib.metadata.PackageNotFoundError:
-        return getattr(fla, "__version__", "unknown")
+def working_bytes(call):
+    """Allocation growth during one call, less what it returns (o and the final state): the memory a
+    forward needs while it runs."""
+    torch.cuda.synchronize()
+    before = torch.cuda.memory_allocated()
+    torch.cuda.reset_peak_memory_stats()
+    outputs = call()
+    torch.cuda.synchronize()
+    kept = sum(t.numel() * t.element_size() for t in outputs if isinstance(t, torch.Tensor))
+    return torch.cuda.max_memory_allocated() - before - kept, outputs
 
 
 def rel(a, b):
     return ((a.float() - b.float()).norm() / b.float().norm()).item()
 
 
-def sgdn_revision(lib):
-    """The checkout the loaded C ABI library was staged from: SGDN_REV if set, else the REVISION file that
-    stage_dist.sh writes beside the library (`git describe --always --dirty` when it ran; build before staging,
-    so that the two agree), else "unknown"."""
-    if os.environ.get("SGDN_REV"):
-        return os.environ["SGDN_REV"]
-    path = os.path.join(os.path.dirname(os.path.abspath(lib._name)), "REVISION")
+def version_of(dist, module):
+    """An installed package's version (its distribution metadata, else the module's attribute)."""
     try:
-        with open(path) as f:
-            return f.read().strip() or "unknown"
+        return importlib.metadata.version(dist)
+    except importlib.metadata.PackageNotFoundError:
+        return getattr(module, "__version__", "unknown")
+
+
+def optional_imports(use_fla, use_qla):
+    """FLA's and FlashQLA's forward functions, or None (with a warning) where not installed or not asked for."""
+    fla_fn = qla_fn = None
+    versions = {}
+    if use_fla:
+        try:
+            import fla
+            from fla.ops.gated_delta_rule import chunk_gated_delta_rule as fla_fn
+            versions["fla"] = version_of("fla-core", fla)
+        except ImportError as exc:
+            warnings.warn(f"FLA is not importable ({exc}); its columns stay empty")
+    if use_qla:
+        try:
+            import flash_qla
+            qla_fn = flash_qla.chunk_gated_delta_rule
+            versions["flash_qla"] = version_of("flash-qla", flash_qla)
+            try:
+                import tilelang
+                versions["tilelang"] = version_of("tilelang", tilelang)
+            except ImportError:
+                pass
+        except ImportError as exc:
+            warnings.warn(f"FlashQLA is not importable ({exc}); its columns stay empty")
+    return fla_fn, qla_fn, versions
+
+
+def checkout_revision():
+    """`git describe --always --dirty` of this checkout (what a library built from it was built from)."""
+    try:
+        out = subprocess.run(["git", "-C", HERE, "describe", "--always", "--dirty"], capture_output=True, text=True)
+        return out.stdout.strip() or "unknown"
     except OSError:
         return "unknown"
 
 
+class Reference:
+    """FLA or FlashQLA on one layout: its time, working memory and output (for the error column)."""
+
+    def __init__(self, label, fn, inputs, cu, **kwargs):
+        self.ms = self.work = self.o = self.captured = None
+        if fn is None:
+            return
+        calls = [lambda inp=inp: fla_forward(fn, inp, cu, **kwargs) for inp in inputs]
+        start = time.time()
+        calls[0]()  # compiles on first use (FlashQLA: JIT per layout); not timed
+        torch.cuda.synchronize()
+        print(f"  {label} warm-up {time.time() - start:.1f} s", file=sys.stderr, flush=True)
+        self.ms, self.spread, self.captured = time_graph(calls)
+        self.work, (o, _) = working_bytes(calls[0])
+        self.o = o.clone()
+
+
 @torch.inference_mode()
 def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--out", default=os.path.join(os.path.dirname(os.path.abspath(__file__)), "results"))
-    ap.add_argument("--quick", action="store_true", help="T = 4K and 32K only")
-    ap.add_argument("--layouts", help="comma-separated layout names to run (e.g. 1x32K,4x8K); default all")
-    ap.add_argument("--repeats", type=int, default=20)
-    ap.add_argument("--settle", type=float, default=0.0,
-                    help="seconds of idle device before each side's timed replays (default 0: as it finds it)")
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--lib", action="append", metavar="NAME=PATH",
+                    help="a build of libsgdn_cuda_capi.so to time (repeatable; default: the one sgdn_cuda finds)")
+    ap.add_argument("--out", default=os.path.join(HERE, "results"))
+    ap.add_argument("--quick", action="store_true", help="layouts " + ", ".join(benchlib.QUICK_LAYOUTS) + " only")
+    ap.add_argument("--layouts", help="comma-separated layout names (default all: "
+                    + ", ".join(l[1] for l in LAYOUTS) + ")")
+    ap.add_argument("--configs", help="comma-separated configurations (default: " + ", ".join(CONFIGS)
+                    + "; also " + ", ".join(EXTRA_CONFIGS) + ")")
     ap.add_argument("--out-dtype", choices=["bfloat16", "float32"], default="bfloat16",
-                    help="our output's dtype (FLA's stays bf16; float32 runs are a subset, never h200)")
-    ap.add_argument("--name", help="base name of the result files in --out (default: h200 for the whole table, "
-                    "h200_subset when --quick, --layouts, --configs, --out-dtype or --settle narrow or change it, so "
-                    "such a run never replaces it)")
-    ap.add_argument("--configs", help="comma-separated configurations (default: " + ", ".join(CONFIGS) +
-                    "; also " + ", ".join(EXTRA_CONFIGS) + ")")
+                    help="our outputs' dtype (FLA's and FlashQLA's stay bf16)")
+    ap.add_argument("--name", help="base name of the result files (default: the GPU model, e.g. h100)")
+    ap.add_argument("--no-fla", action="store_true", help="do not time FLA")
+    ap.add_argument("--no-qla", action="store_true", help="do not time FlashQLA")
     args = ap.parse_args()
-    lib = sgdn_cuda.load_library()
-    from fla.ops.gated_delta_rule import chunk_gated_delta_rule
-    import fla
-    import triton
+    try:
+        libs_named = benchlib.parse_libs(args.lib)
+        layouts = benchlib.choose_layouts(args.layouts, args.quick)
+        configs = benchlib.choose_configs(args.configs)
+    except benchlib.UsageError as exc:
+        sys.exit(str(exc))
+    if libs_named:
+        libs = [(name, sgdn_cuda.load_library(path)) for name, path in libs_named]
+    else:
+        libs = [("ours", sgdn_cuda.load_library())]
+    fla_fn, qla_fn, versions = optional_imports(not args.no_fla, not args.no_qla)
 
     props = torch.cuda.get_device_properties(0)
     try:
@@ -254,110 +301,73 @@ def main():
                                 capture_output=True, text=True).stdout.strip()
     except OSError:
         driver = "?"
+    model = benchlib.gpu_model(torch.cuda.get_device_name(0))
     meta = {
         "device": f"{props.name} ({props.multi_processor_count} SMs, {props.total_memory >> 20} MiB), driver {driver}",
+        "gpu_model": model,
         "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%MZ"),
-        "versions": {"torch": torch.__version__, "cuda": torch.version.cuda, "triton": triton.__version__,
-                     "fla": fla_version(fla), "FLA_FLASH_QLA": os.environ.get("FLA_FLASH_QLA"),
-                     "sgdn": sgdn_revision(lib), "sgdn_abi": lib.sgdn_cuda_abi_version()},
-        "method": "CUDA-graph replay, median of %d replays after 3 warm-up replays; 2 rotating input sets for T <= 8K"
-                  % args.repeats + ("; %g s idle before each side" % args.settle if args.settle > 0 else ""),
+        "versions": {"torch": torch.__version__, "cuda": torch.version.cuda, **versions,
+                     "FLA_FLASH_QLA": os.environ["FLA_FLASH_QLA"], "checkout": checkout_revision()},
+        "libs": {name: os.path.abspath(lib._name) for name, lib in libs},
+        "abi": {name: lib.sgdn_cuda_abi_version() for name, lib in libs},
+        "method": f"CUDA-graph replay, median of {REPEATS} replays after {WARMUP} warm-up replays; 2 rotating "
+                  "input sets for T <= 8K; every side warmed up (compiled) before its graph is captured",
         "shape": {"H": H, "HV": HV, "K": K, "V": V, "chunk": C, "dtype": "bfloat16", "ours_out_dtype": args.out_dtype},
-        "configs": None,  # filled in below with those run
+        "configs": configs,
     }
     rows = []
-    chosen = args.layouts.split(",") if args.layouts else ["1x4K", "1x32K"] if args.quick else None
-    unknown = set(chosen or []) - {l[1] for l in LAYOUTS}
-    if unknown:
-        sys.exit(f"unknown layout(s) {', '.join(sorted(unknown))}; known: {', '.join(l[1] for l in LAYOUTS)}")
-    layouts = [l for l in LAYOUTS if chosen is None or l[1] in chosen]
-    known = dict(CONFIGS, **EXTRA_CONFIGS)
-    unknown = set(args.configs.split(",") if args.configs else []) - known.keys()
-    if unknown:
-        sys.exit(f"unknown configuration(s) {', '.join(sorted(unknown))}; known: {', '.join(known)}")
-    configs = {c: known[c] for c in args.configs.split(",")} if args.configs else CONFIGS
-    meta["configs"] = configs
-    print(f"{'layout':>7} {'config':>15} {'ours ms':>9} {'FLA ms':>8} {'speedup':>7} {'snap MiB':>9} "
-          f"{'h MiB':>8} {'work MiB':>9} {'FLA work':>9} {'kept':>5} {'rel vs FLA':>10}", flush=True)
-    for T, name, lengths in layouts:
-        inputs, cu_fla = layout_inputs(T, lengths)
-        fla_calls = []
-        fla_out = {}
-        for i, (q, k, v, g, beta) in enumerate(inputs):
-            def fla_call(i=i, q=q, k=k, v=v, g=g, beta=beta):
-                fla_out[i] = fla_forward(chunk_gated_delta_rule, (q, k, v, g, beta), cu_fla)
-            fla_calls.append(fla_call)
-        fla_ms, fla_spread = time_graph(fla_calls, repeats=args.repeats, settle=args.settle)
-        fla_call = fla_calls[0]
-        fla_out.clear()
-        torch.cuda.synchronize()
-        before = torch.cuda.memory_allocated()
-        torch.cuda.reset_peak_memory_stats()
-        fla_call()
-        torch.cuda.synchronize()
-        fla_o, fla_final = fla_out[0]
-        fla_work_bytes = (torch.cuda.max_memory_allocated() - before - fla_o.numel() * fla_o.element_size()
-                          - fla_final.numel() * fla_final.element_size())
-        fla_o = fla_o.clone()
+    print(f"{'layout':>8} {'config':>15} {'lib':>8} {'ours ms':>8} {'FLA ms':>8} {'QLA ms':>8} {'QLA-noCP':>8} "
+          f"{'vs FLA':>6} {'vs QLA':>6} {'kept':>5} {'rel vs FLA':>10}", flush=True)
+    for T, lname, lengths in layouts:
+        inputs, cu = layout_inputs(T, lengths)
+        fla = Reference(f"{lname} FLA", fla_fn, inputs, cu)
+        qla = Reference(f"{lname} FlashQLA", qla_fn, inputs, cu)
+        qla_nocp = Reference(f"{lname} FlashQLA auto_cp=False", qla_fn, inputs, cu, auto_cp=False)
+        qla_err = {name: rel(ref.o, fla.o) if ref.o is not None and fla.o is not None else None
+                   for name, ref in (("qla", qla), ("qla_nocp", qla_nocp))}
+        qla.o = qla_nocp.o = None  # only FLA's output stays, for the error column
         n_chunks = sum(math.ceil(n / C) for n in lengths)
-        fla_bytes = n_chunks * HV * K * V * 2
-        fla_out.clear()
         for cname, cfg in configs.items():
-            ours, calls = ours_calls(lib, inputs, lengths, cfg, getattr(torch, args.out_dtype))
-            ours_ms, ours_spread = time_graph(calls, repeats=args.repeats, settle=args.settle)
-            ours(0)
-            torch.cuda.synchronize()
-            err = rel(ours.o, fla_o)
-            (nbytes, uw_bytes, ws_bytes), kept = ours.intermediate_bytes()
-            row = {"T": T, "layout": name, "config": cname, "ours_ms": round(ours_ms, 4), "fla_ms": round(fla_ms, 4),
-                   "speedup": round(fla_ms / ours_ms, 3), "ours_bytes": nbytes, "fla_bytes": fla_bytes,
-                   "ours_uw_bytes": uw_bytes, "ours_workspace_bytes": ws_bytes, "fla_work_bytes": fla_work_bytes,
-                   "rel_err_vs_fla": float(f"{err:.3e}"), "kept_fraction": round(kept, 4),
-                   "ours_spread_ms": round(ours_spread, 4), "fla_spread_ms": round(fla_spread, 4)}
-            rows.append(row)
-            print(f"{name:>7} {cname:>15} {ours_ms:9.3f} {fla_ms:8.3f} {fla_ms / ours_ms:7.2f} {nbytes / 2**20:9.0f} "
-                  f"{fla_bytes / 2**20:8.0f} {ws_bytes / 2**20:9.0f} {fla_work_bytes / 2**20:9.0f} {kept:5.2f} "
-                  f"{err:10.2e}", flush=True)
-            del ours, calls
-            torch.cuda.empty_cache()
-        del inputs, fla_o
+            for libname, lib in libs:
+                ours, calls = ours_calls(lib, inputs, lengths, cfg, getattr(torch, args.out_dtype))
+                ours_ms, ours_spread, ours_captured = time_graph(calls)
+                ours(0)
+                torch.cuda.synchronize()
+                (snap_bytes, uw_bytes, ws_bytes), kept = ours.intermediate_bytes()
+                err = rel(ours.o, fla.o) if fla.o is not None else None
+                row = {"T": T, "layout": lname, "lengths": lengths, "config": cname, "lib": libname,
+                       "ours_ms": round(ours_ms, 4), "ours_spread_ms": round(ours_spread, 4),
+                       "fla_ms": fla.ms and round(fla.ms, 4), "qla_ms": qla.ms and round(qla.ms, 4),
+                       "qla_nocp_ms": qla_nocp.ms and round(qla_nocp.ms, 4),
+                       "speedup": benchlib.ratio(fla.ms, ours_ms), "speedup_vs_qla": benchlib.ratio(qla.ms, ours_ms),
+                       "speedup_vs_qla_nocp": benchlib.ratio(qla_nocp.ms, ours_ms),
+                       "ours_bytes": snap_bytes, "fla_bytes": n_chunks * HV * K * V * 2, "ours_uw_bytes": uw_bytes,
+                       "ours_workspace_bytes": ws_bytes, "fla_work_bytes": fla.work, "qla_work_bytes": qla.work,
+                       "qla_nocp_work_bytes": qla_nocp.work,
+                       "rel_err_vs_fla": err if err is None else float(f"{err:.3e}"), "kept_fraction": round(kept, 4),
+                       "qla_rel_err_vs_fla": qla_err["qla"], "qla_nocp_rel_err_vs_fla": qla_err["qla_nocp"],
+                       "graph": {"ours": ours_captured, "fla": fla.captured, "qla": qla.captured,
+                                 "qla_nocp": qla_nocp.captured}}
+                rows.append(row)
+                cell = lambda x, f: "-" if x is None else format(x, f)
+                print(f"{lname:>8} {cname:>15} {libname:>8} {ours_ms:8.3f} {cell(fla.ms, '8.3f')} "
+                      f"{cell(qla.ms, '8.3f')} {cell(qla_nocp.ms, '8.3f')} {cell(row['speedup'], '6.2f')} "
+                      f"{cell(row['speedup_vs_qla'], '6.2f')} {kept:5.2f} {cell(err, '10.2e')}", flush=True)
+                del ours, calls
+                torch.cuda.empty_cache()
+        del inputs, fla, qla, qla_nocp
         torch.cuda.empty_cache()
+
+    narrowed = bool(args.quick or args.layouts or args.configs or args.out_dtype != "bfloat16")
+    name = benchlib.result_name(model, narrowed, args.name)
     os.makedirs(args.out, exist_ok=True)
-    result = dict(meta, rows=rows)
-    narrowed = args.quick or args.layouts or args.configs or args.out_dtype != "bfloat16" or args.settle > 0
-    name = args.name or ("h200_subset" if narrowed else "h200")
     with open(os.path.join(args.out, name + ".json"), "w") as f:
-        json.dump(result, f, indent=1)
-    cmd = ("SGDN_CUDA_LIB=build-cuda/dist/libsgdn_cuda_capi.so FLA_FLASH_QLA=0 "
-           "python3 experiments/perf/bench.py" + (" --quick" if args.quick else "")
-           + (f" --layouts {args.layouts}" if args.layouts else "") + (f" --configs {args.configs}" if args.configs else "")
-           + (f" --out-dtype {args.out_dtype}" if args.out_dtype != "bfloat16" else "")
-           + (f" --settle {args.settle:g}" if args.settle > 0 else "")
-           + (f" --name {args.name}" if args.name else ""))
-    lines = [f"# SparseGDN vs FLA on {meta['device']}", "",
-             f"{meta['date']}; " + ", ".join(f"{k} {v}" for k, v in meta["versions"].items()), "",
-             f"Method: {meta['method']}. H = {H}, HV = {HV}, K = V = {K}, "
-             + ("bf16 in/out" if args.out_dtype == "bfloat16" else "bf16 in, our output float32 (FLA's bf16)")
-             + ", chunk 64. "
-             "sparse-default: block_adjacent band 1, update_norm, head_budget rho 0.29 (pair), G = 1. "
-             "Intermediates (MiB): our snapshots written (bf16) against FLA's h tensor, and their ratio; then our "
-             "U/W (bf16), the whole workspace our C ABI asks for (worst case), and FLA's measured working memory "
-             "(allocation growth during one call, less o and the final state). "
-             "rel err: our output against FLA's (for sparse rows this is the approximation error of sparsity).", "",
-             "| T | layout | config | ours ms | FLA ms | speedup | snapshots | FLA h | ratio | U/W | workspace | "
-             "FLA working | kept | rel err vs FLA |",
-             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
-    mib = lambda b: f"{b / 2**20:.0f}"
-    for r in rows:
-        lines.append(f"| {r['T']} | {r['layout']} | {r['config']} | {r['ours_ms']:.3f} | {r['fla_ms']:.3f} | "
-                     f"{r['speedup']:.2f} | {mib(r['ours_bytes'])} | {mib(r['fla_bytes'])} | "
-                     f"{r['ours_bytes'] / r['fla_bytes']:.2f} | {mib(r['ours_uw_bytes'])} | "
-                     f"{mib(r['ours_workspace_bytes'])} | {mib(r['fla_work_bytes'])} | "
-                     f"{r['kept_fraction']:.2f} | {r['rel_err_vs_fla']:.2e} |")
-    lines += ["", "Command (device machine, repo root, build-cuda/dist and .whl carried):", "", "    " + cmd, ""]
+        json.dump(dict(meta, rows=rows), f, indent=1)
+    command = "python3 experiments/perf/bench.py " + " ".join(sys.argv[1:])
+    text = benchlib.markdown(meta, rows, command.strip())
     with open(os.path.join(args.out, name + ".md"), "w") as f:
-        f.write("\n".join(lines))
-    print("\n".join(lines))
+        f.write(text)
+    print(text)
 
 
 if __name__ == "__main__":

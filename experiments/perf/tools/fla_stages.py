@@ -1,7 +1,7 @@
 """FLA's GDN forward kernel by kernel (torch.profiler, CUDA time per kernel, mean of 5 forwards after a
 warm-up) at the Qwen shape, bf16, B = 1: which of its passes (KKᵀ, solve, WY, h recurrence, outputs) costs
 what, to set per-stage targets for ours. Run with FLA_FLASH_QLA=0 and fla-core importable.
-    python3 experiments/perf/fla_stages.py [T ...]
+    python3 experiments/perf/tools/fla_stages.py [T ...]
 """
 import os
 import sys
@@ -10,7 +10,7 @@ from collections import defaultdict
 import torch
 from torch.profiler import ProfilerActivity, profile
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 import bench  # noqa: E402
 
 

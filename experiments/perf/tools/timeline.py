@@ -2,8 +2,8 @@
 in µs from the chunk table's start, median over separate forwards (synchronised one by one after a
 warm-up), so that the overlap of the stages, which stage times from serial launches hide, shows, and
 layouts with the same total length compare kernel by kernel (B = 1 against packed batches).
-    SGDN_CUDA_LIB=build-cuda/dist/libsgdn_cuda_capi.so python3 experiments/perf/timeline.py [layout ...]
-[--configs name,...] [--repeats N]  (layouts as in stages.py: a token count or a bench.py layout name)
+    python3 experiments/perf/tools/timeline.py [layout ...]
+[--configs name,...] [--repeats N] [--no-trace]  (a layout: a token count or a bench.py layout name)
 """
 import argparse
 import json
@@ -15,9 +15,9 @@ import tempfile
 import torch
 from torch.profiler import ProfilerActivity, profile
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 import bench  # noqa: E402
-from stages import layout  # noqa: E402
+from benchlib import layout  # noqa: E402
 
 FIRST = "table_kernel"
 
@@ -47,15 +47,23 @@ def main():
     ap.add_argument("layouts", nargs="*", default=["32768", "2x16K"])
     ap.add_argument("--configs", default="sparse-default")
     ap.add_argument("--repeats", type=int, default=7)
+    ap.add_argument("--no-trace", action="store_true",
+                    help="one warm-up forward, then --repeats forwards, without the profiler (for ncu)")
     args = ap.parse_args()
     lib = bench.sgdn_cuda.load_library()
     for T, label, lengths in [layout(x) for x in args.layouts]:
         inputs, _ = bench.layout_inputs(T, lengths)
         for name in args.configs.split(","):
             ours, calls = bench.ours_calls(lib, inputs, lengths, {**bench.CONFIGS, **bench.EXTRA_CONFIGS}[name])
-            for _ in range(3):
+            for _ in range(1 if args.no_trace else 3):
                 calls[0]()
             torch.cuda.synchronize()
+            if args.no_trace:
+                for _ in range(args.repeats):
+                    calls[0]()
+                    torch.cuda.synchronize()
+                del ours, calls
+                continue
             with profile(activities=[ProfilerActivity.CUDA]) as prof:
                 for _ in range(args.repeats):
                     calls[0]()

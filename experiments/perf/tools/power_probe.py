@@ -4,7 +4,7 @@ while nvidia-smi samples the SM clock, power draw and active clock-throttle reas
 writes (JSON) per case: the replays' median time in the first 20 (what bench.py's short bursts see), in the
 last 20 and over all of them, and the busy samples' median and lowest SM clock, median power (the instant
 reading: nvidia-smi's power.draw averages over a second) and throttle reasons (0x4: the software power cap).
-    SGDN_CUDA_LIB=build-cuda/dist/libsgdn_cuda_capi.so python3 experiments/perf/power_probe.py \\
+    python3 experiments/perf/tools/power_probe.py \\
         [--layouts 2x16K,1x32K] [--configs sparse-default] [--seconds 2] [--out power.json]
 """
 import argparse
@@ -18,7 +18,7 @@ import time
 
 import torch
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 import bench  # noqa: E402
 
 SMI_FIELDS = "timestamp,clocks.sm,power.draw.instant,clocks_throttle_reasons.active"

@@ -1,20 +1,26 @@
 #!/usr/bin/env bash
-# Nsight Compute profile of our three tensor-core stages (prepare, recurrence, outputs) in one dense forward
-# at T (default 32768), B = 1, Qwen shape, on the device machine: the details page (speed of light, memory,
-# occupancy, warp states) and the recurrence's SASS lines with the most stall samples, in one text file,
-# $OUT/profile.txt. Carry build-cuda/dist.
+# Nsight Compute profile of our forward's kernels in one forward of CONFIG (default dense; any bench.py
+# configuration) at T tokens (default 32768), B = 1, Qwen shape: the details page (speed of light, memory,
+# occupancy, warp states), the stall reasons per issued instruction, and per kernel the SASS lines with the
+# most stall samples and with the most excess global sectors and shared-memory wavefronts, in one text file.
+#   experiments/perf/tools/profile.sh [OUT_DIR]      (default experiments/perf/results/profile)
+# KERNELS: a regex alternative of kernel names (default: every kernel of the forward). The first forward
+# (warm-up) is skipped. Needs ncu (CUDA toolkit) and a built library that sgdn_cuda finds.
 set -u
-. "$(dirname "$0")/device_env.sh"
-export SGDN_CUDA_LIB=$DIST/libsgdn_cuda_capi.so
+cd "$(dirname "$0")/../../.."
+OUT=${1:-experiments/perf/results/profile}
+mkdir -p "$OUT"
 NCU=$(command -v ncu || echo /usr/local/cuda/bin/ncu)
 REP=/tmp/sgdn_profile
-# stages.py runs each configuration twice (warm-up, then timed): skip the warm-up's three kernels.
-# KERNELS="prepare_tc" (a regex alternative of the three names) profiles fewer of them; SKIP=3 skips three
-# forwards instead of one (dense warm-up and timed, sparse-default warm-up: the sparse-default forward).
-KERNELS=${KERNELS:-prepare_tc|recurrence_tc|output_tc}
-N=$(echo "$KERNELS" | tr '|' '\n' | wc -l)
-timeout 240 "$NCU" -f -o "$REP" --set full --import-source no -k regex:"$KERNELS" \
-  --launch-skip "$((N * ${SKIP:-1}))" --launch-count "$N" python3 experiments/perf/stages.py "${T:-32768}" > /tmp/ncu_run.log 2>&1
+KERNELS=${KERNELS:-.}
+# timeline.py --no-trace: one warm-up forward, then --repeats forwards, synchronised one by one.
+FORWARD=(python3 experiments/perf/tools/timeline.py "${T:-32768}" --configs "${CONFIG:-dense}" --repeats 1 --no-trace)
+# The kernels of one forward (half of those two forwards launch), so that the warm-up is skipped whole.
+N=$("$NCU" --csv --metrics gpu__time_duration.sum -k regex:"$KERNELS" "${FORWARD[@]}" 2>/dev/null |
+  grep -c '"gpu__time_duration.sum"')
+N=$(( N / 2 ))
+timeout 600 "$NCU" -f -o "$REP" --set full --import-source no -k regex:"$KERNELS" \
+  --launch-skip "$N" --launch-count "$N" "${FORWARD[@]}" > /tmp/ncu_run.log 2>&1
 echo "ncu rc=$?" > "$OUT/profile.txt"
 tail -5 /tmp/ncu_run.log >> "$OUT/profile.txt"
 "$NCU" -i "$REP.ncu-rep" --page details --print-units base >> "$OUT/profile.txt" 2>&1
@@ -22,7 +28,8 @@ tail -5 /tmp/ncu_run.log >> "$OUT/profile.txt"
 "$NCU" -i "$REP.ncu-rep" --page raw --print-units base 2>&1 |
   grep -E "Context [0-9]+, Stream|smsp__average_warps_issue_stalled_[a-z_]+_per_issue_active.ratio" |
   awk '/Context/ {print substr($0, 1, 60); next} $NF + 0 >= 0.1 {print $1, $NF}' >> "$OUT/profile.txt"
-for kernel in $(echo "$KERNELS" | tr '|' ' '); do
+for kernel in $("$NCU" -i "$REP.ncu-rep" --page raw --csv --metrics gpu__time_duration.sum 2>/dev/null |
+    awk -F'","' 'NR > 2 {print $5}' | sed 's/[<(].*//' | sort -u); do
   "$NCU" -i "$REP.ncu-rep" --page source --csv --print-source sass -k regex:$kernel > /tmp/src_$kernel.csv 2>&1
   python3 - /tmp/src_$kernel.csv $kernel >> "$OUT/profile.txt" <<'PY'
 import csv, sys
