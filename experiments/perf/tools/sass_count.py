@@ -1,10 +1,10 @@
 """Instruction counts of our tensor-core kernels from their SASS (cuobjdump), without running anything: for
 each kernel whose name matches, the instructions in its code and, for the recurrence, in one event (from the
 barrier before its first ldmatrix to the barrier after its last mma, including the branches an event takes
-only now and then, such as the progress store every 16 chunks), by opcode. The perf notes use it to say
-where an event's instructions go; compare two builds to see what a change did before timing it.
+only now and then, such as the progress store every 16 chunks), by opcode: where an event's instructions
+go. Compare two builds to see what a change did before timing it.
 
-    python3 experiments/perf/sass_count.py build-cuda/dist/libsgdn_cuda_capi.so [KERNEL_REGEX] [--top N]
+    python3 experiments/perf/tools/sass_count.py build/kernels/libsgdn_cuda_capi.so [KERNEL_REGEX] [--top N]
 
 cuobjdump comes with the CUDA toolkit (or CUOBJDUMP=/path/to/cuobjdump).
 """
