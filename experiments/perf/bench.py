@@ -223,7 +223,7 @@ def optional_imports(use_fla, use_qla):
             import fla
             from fla.ops.gated_delta_rule import chunk_gated_delta_rule as fla_fn
             versions["fla"] = version_of("fla-core", fla)
-        except ImportError as exc:
+        except Exception as exc:  # not installed, or fails to import here
             warnings.warn(f"FLA is not importable ({exc}); its columns stay empty")
     if use_qla:
         try:
@@ -235,7 +235,7 @@ def optional_imports(use_fla, use_qla):
                 versions["tilelang"] = version_of("tilelang", tilelang)
             except ImportError:
                 pass
-        except ImportError as exc:
+        except Exception as exc:  # not installed, or not for this GPU (it supports sm90, sm100, sm120)
             warnings.warn(f"FlashQLA is not importable ({exc}); its columns stay empty")
     return fla_fn, qla_fn, versions
 
@@ -257,13 +257,18 @@ class Reference:
         if fn is None:
             return
         calls = [lambda inp=inp: fla_forward(fn, inp, cu, **kwargs) for inp in inputs]
-        start = time.time()
-        calls[0]()  # compiles on first use (FlashQLA: JIT per layout); not timed
-        torch.cuda.synchronize()
-        print(f"  {label} warm-up {time.time() - start:.1f} s", file=sys.stderr, flush=True)
-        self.ms, self.spread, self.captured = time_graph(calls)
-        self.work, (o, _) = working_bytes(calls[0])
-        self.o = o.clone()
+        try:
+            start = time.time()
+            calls[0]()  # compiles on first use (FlashQLA: JIT per layout); not timed
+            torch.cuda.synchronize()
+            print(f"  {label} warm-up {time.time() - start:.1f} s", file=sys.stderr, flush=True)
+            self.ms, self.spread, self.captured = time_graph(calls)
+            self.work, (o, _) = working_bytes(calls[0])
+            self.o = o.clone()
+        except Exception as exc:  # one failing reference leaves its columns empty, not the whole run
+            warnings.warn(f"{label} failed ({exc}); its columns stay empty")
+            self.ms = self.work = self.o = self.captured = None
+            torch.cuda.synchronize()
 
 
 @torch.inference_mode()
@@ -289,6 +294,9 @@ def main():
         configs = benchlib.choose_configs(args.configs)
     except benchlib.UsageError as exc:
         sys.exit(str(exc))
+    for name, path in libs_named:
+        if not os.path.isfile(path):
+            sys.exit(f"--lib {name}={path}: no such file")
     if libs_named:
         libs = [(name, sgdn_cuda.load_library(path)) for name, path in libs_named]
     else:
@@ -323,7 +331,7 @@ def main():
         fla = Reference(f"{lname} FLA", fla_fn, inputs, cu)
         qla = Reference(f"{lname} FlashQLA", qla_fn, inputs, cu)
         qla_nocp = Reference(f"{lname} FlashQLA auto_cp=False", qla_fn, inputs, cu, auto_cp=False)
-        qla_err = {name: rel(ref.o, fla.o) if ref.o is not None and fla.o is not None else None
+        qla_err = {name: float(f"{rel(ref.o, fla.o):.3e}") if ref.o is not None and fla.o is not None else None
                    for name, ref in (("qla", qla), ("qla_nocp", qla_nocp))}
         qla.o = qla_nocp.o = None  # only FLA's output stays, for the error column
         n_chunks = sum(math.ceil(n / C) for n in lengths)
