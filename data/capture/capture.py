@@ -3,7 +3,7 @@
 
 Hooks the GatedDeltaNet layers of Qwen3-Next (`qwen3_next`) and Qwen3.5 (`qwen3_5`, `qwen3_5_moe`), runs one
 prompt through the model, and stores, for every chosen layer, exactly what the layer hands to its chunked
-kernel (`chunk_gated_delta_rule`) as an HDF5 file in schema version 1 (shared/SPEC.md §10):
+kernel (`chunk_gated_delta_rule`) as an HDF5 file in schema version 1 (docs/hdf5_schema.md):
 
     /                               attrs schema_version = 1, sgdn_version = "capture-0.1", created (UTC ISO 8601)
     /workloads/layerNN/inputs/q, k  [B, T, H, K]   float32, L2-normalised as the kernel does (eps 1e-6)

@@ -57,7 +57,7 @@ WARMUP = 3
 
 
 def make_inputs(T, seed):
-    """SPEC §9 `random`: unit-norm q, k; v ~ N(0,1); beta = sigmoid(1.5 n); g = -A_h softplus(x + b_h) with
+    """docs/math.md §9 `random`: unit-norm q, k; v ~ N(0,1); beta = sigmoid(1.5 n); g = -A_h softplus(x + b_h) with
     A_h log-uniform in [1, 16] and softplus(b_h) log-uniform in [1e-3, 1e-1] per value head."""
     gen = torch.Generator(device="cuda").manual_seed(seed)
     q = torch.nn.functional.normalize(torch.randn(1, T, H, K, device="cuda", generator=gen), dim=-1).bfloat16()

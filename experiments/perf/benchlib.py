@@ -22,7 +22,7 @@ CONFIGS = {
     "sparse-cap0.4": dict(solver="block_adjacent", band=1, selector="head_budget", rho=0.29, max_fraction=0.4,
                           score="update_norm", group=1),
 }
-# Run only when named with --configs: output windows of G = 2 and 4 chunks (SPEC §6), other caps, topk.
+# Run only when named with --configs: output windows of G = 2 and 4 chunks (docs/math.md §6), other caps, topk.
 EXTRA_CONFIGS = {f"sparse-G{G}": dict(CONFIGS["sparse-default"], group=G) for G in (2, 4)}
 EXTRA_CONFIGS.update({f"sparse-cap{f}": dict(CONFIGS["sparse-cap0.4"], max_fraction=f) for f in (0.5, 0.67)})
 EXTRA_CONFIGS["sparse-topk"] = dict(CONFIGS["sparse-default"], selector="topk")

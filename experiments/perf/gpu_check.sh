@@ -26,6 +26,8 @@ if [ -z "${SGDN_CUDA_LIB:-}" ]; then
       cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release
     fi
   fi
+  grep -q '^SGDN_WITH_CUDA:BOOL=ON' "$build/CMakeCache.txt" ||
+    { echo "gpu_check: $build is configured without the CUDA backend (nvcc not found?)" >&2; exit 1; }
   cmake --build "$build" --target sgdn_gpu_tests sgdn_cuda_capi sgdn_program
   export SGDN_CUDA_LIB=$PWD/$build/kernels/libsgdn_cuda_capi.so
 fi
