@@ -41,55 +41,6 @@ void EngineConfig::validate(const Shape& shape) const {
 
 namespace {
 
-template <class S>
-struct HeadView {
-  const Inputs<S>& in;
-  int64_t b, h, chunk;
-  int64_t hq() const { return in.shape.qk_head_of(h); }
-  int64_t token_index(int64_t t) const { return b * in.shape.tokens + t; }
-};
-
-// Fills the token data of chunk c: q, k, v, beta, gamma, Γ and the keys seen from the chunk's end.
-template <class S>
-void gather_chunk(const HeadView<S>& view, int64_t c, PreparedChunk<S>& out) {
-  const Shape& s = view.in.shape;
-  const int64_t t0 = c * view.chunk, len = std::min(view.chunk, s.tokens - t0);
-  const int64_t H = s.qk_heads, HV = s.v_heads, K = s.key_dim, V = s.value_dim;
-  out.index = c;
-  out.length = len;
-  const int64_t row = view.token_index(t0);
-  out.q = ConstRowsMap<S>(view.in.q.data() + (row * H + view.hq()) * K, len, K, Eigen::OuterStride<>(H * K));
-  out.k = ConstRowsMap<S>(view.in.k.data() + (row * H + view.hq()) * K, len, K, Eigen::OuterStride<>(H * K));
-  out.v = ConstRowsMap<S>(view.in.v.data() + (row * HV + view.h) * V, len, V, Eigen::OuterStride<>(HV * V));
-  out.beta.resize(len);
-  out.gamma.resize(len);
-  S running = 0;
-  for (int64_t i = 0; i < len; ++i) {
-    running += view.in.g[(row + i) * HV + view.h];
-    out.gamma[i] = running;
-    out.beta[i] = view.in.beta[(row + i) * HV + view.h];
-  }
-  out.chunk_log_decay = running;
-  out.k_to_end = ((running - out.gamma.array()).exp().matrix().asDiagonal()) * out.k;
-}
-
-// L = strictly_lower(diag(β) K Kᵀ ⊙ D), then U and W through the solver.
-template <class S>
-void solve_chunk(const Solver& solver, PreparedChunk<S>& c) {
-  const int64_t len = c.length, K = c.k.cols(), V = c.v.cols();
-  c.l.noalias() = c.k * c.k.transpose();
-  for (int64_t i = 0; i < len; ++i) {
-    for (int64_t j = 0; j < i; ++j) c.l(i, j) *= c.beta[i] * std::exp(c.gamma[i] - c.gamma[j]);
-    for (int64_t j = i; j < len; ++j) c.l(i, j) = 0;
-  }
-  Mat<S> rhs(len, V + K);
-  rhs.leftCols(V) = c.beta.asDiagonal() * c.v;
-  rhs.rightCols(K) = (c.beta.array() * c.gamma.array().exp()).matrix().asDiagonal() * c.k;
-  solver.apply(c.l, rhs);
-  c.u = rhs.leftCols(V);
-  c.w = rhs.rightCols(K);
-}
-
 // QKᵀ ⊙ D ⊙ lower_incl_diag: the intra-chunk attention of the output.
 template <class S>
 Mat<S> intra_chunk_attention(const PreparedChunk<S>& c) {
@@ -175,7 +126,6 @@ EngineResult<S> run_cpu(const Inputs<S>& in, const EngineConfig& cfg) {
 #pragma omp parallel for collapse(2) schedule(dynamic)
   for (int64_t b = 0; b < B; ++b) {
     for (int64_t h = 0; h < HV; ++h) {
-      const HeadView<S> view{in, b, h, C};
       Mat<S>& u = u_all[size_t(b * HV + h)];
       Mat<S>& w = w_all[size_t(b * HV + h)];
       u.resize(T, V);
@@ -183,7 +133,7 @@ EngineResult<S> run_cpu(const Inputs<S>& in, const EngineConfig& cfg) {
       PreparedChunk<S> chunk;
       std::vector<double> stats(static_cast<size_t>(N)), decay(static_cast<size_t>(N));
       for (int64_t c = 0; c < N; ++c) {
-        gather_chunk(view, c, chunk);
+        gather_chunk(in, b, h, C, c, chunk);
         solve_chunk(*cfg.solver, chunk);
         u.middleRows(c * C, chunk.length) = chunk.u;
         w.middleRows(c * C, chunk.length) = chunk.w;
@@ -224,7 +174,6 @@ EngineResult<S> run_cpu(const Inputs<S>& in, const EngineConfig& cfg) {
 #pragma omp parallel for collapse(2) schedule(dynamic)
   for (int64_t b = 0; b < B; ++b) {
     for (int64_t h = 0; h < HV; ++h) {
-      const HeadView<S> view{in, b, h, C};
       const uint8_t* mask = res.event_mask.data() + (b * HV + h) * N;
       const Mat<S>& u_head = u_all[size_t(b * HV + h)];
       const Mat<S>& w_head = w_all[size_t(b * HV + h)];
@@ -257,7 +206,7 @@ EngineResult<S> run_cpu(const Inputs<S>& in, const EngineConfig& cfg) {
       Mat<S> local, v_local, v_carried;
       bool local_is_carried = true;  // the local state equals the (materialized) carried state
       for (int64_t c = 0; c < N; ++c) {
-        gather_chunk(view, c, chunk);
+        gather_chunk(in, b, h, C, c, chunk);
         const int64_t len = chunk.length;
         chunk.u = u_head.middleRows(c * C, len);
         chunk.w = w_head.middleRows(c * C, len);

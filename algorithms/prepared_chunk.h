@@ -3,6 +3,7 @@
 #include <cstdint>
 
 #include "algorithms/eigen_types.h"
+#include "core/inputs.h"
 
 namespace sgdn {
 
@@ -21,5 +22,16 @@ struct PreparedChunk {
   Mat<S> w;               // [length, K] = T_c (β ⊙ e^γ ⊙ K)
   Mat<S> k_to_end;        // [length, K] = e^{Γ−γ} ⊙ K, the keys as the state at chunk end sees them
 };
+
+class Solver;
+
+// Fills the token data of chunk c of value head h in sequence b (chunks of `chunk` tokens): q, k, v, β, γ,
+// Γ and the keys seen from the chunk's end. q, k and v are copied out of the inputs.
+template <class S>
+void gather_chunk(const Inputs<S>& in, int64_t b, int64_t h, int64_t chunk, int64_t c, PreparedChunk<S>& out);
+
+// L = strictly_lower(diag(β) K Kᵀ ⊙ D), then U and W through the solver (SPEC §3, §4).
+template <class S>
+void solve_chunk(const Solver& solver, PreparedChunk<S>& c);
 
 }  // namespace sgdn
