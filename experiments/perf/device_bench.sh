@@ -27,7 +27,7 @@ if step all; then
   tail -4 "$OUT/gpu_tests.log"; echo "all gpu tests rc=$rc"
 fi
 if step py; then
-  timeout 120 python3 -m pytest -q -p no:cacheprovider kernels/python/test_sgdn_cuda.py > "$OUT/python_tests.log" 2>&1
+  timeout 120 python3 -m pytest -q -p no:cacheprovider kernels/python/test_sgdn_cuda.py kernels/python/test_sgdn_cuda_library.py > "$OUT/python_tests.log" 2>&1
   rc=$?; status=$((status | rc)); tail -3 "$OUT/python_tests.log"; echo "python rc=$rc"
 fi
 if step san; then

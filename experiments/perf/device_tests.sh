@@ -9,6 +9,7 @@ status=0
 "$DIST/sgdn_gpu_tests" -d yes 2>&1 | tee "$OUT/gpu_tests.log"; status=$((status | ${PIPESTATUS[0]}))
 if [ "${SGDN_SKIP_PY:-0}" != 1 ]; then
   SGDN_CUDA_LIB=$DIST/libsgdn_cuda_capi.so python3 -m pytest -q -s -p no:cacheprovider kernels/python/test_sgdn_cuda.py \
+    kernels/python/test_sgdn_cuda_library.py \
     2>&1 | tee "$OUT/python_tests.log"; status=$((status | ${PIPESTATUS[0]}))
 fi
 for tool in memcheck racecheck; do
