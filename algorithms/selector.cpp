@@ -1,17 +1,12 @@
 #include "algorithms/selector.h"
 
 #include <algorithm>
-#include <cmath>
 #include <cstdlib>
 #include <numeric>
 
 #include "core/error.h"
 
 namespace sgdn {
-
-int64_t budget_of(double rho, int64_t n) {
-  return std::llround(rho * double(n));
-}
 
 std::vector<int64_t> chunks_by_score(const UnitScores& scores, int64_t unit) {
   std::vector<int64_t> order(size_t(scores.chunks));

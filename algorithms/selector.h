@@ -8,6 +8,7 @@
 
 #include "core/params.h"
 #include "core/registry.h"
+#include "core/selection_rules.h"
 #include "core/strategy.h"
 
 namespace sgdn {
@@ -31,8 +32,6 @@ class Selector : public Strategy {
 
 Registry<Selector>& selector_registry();
 
-// round(rho * n), as every budget in SPEC §7 is stated.
-int64_t budget_of(double rho, int64_t n);
 // The chunk indices of one unit ordered by score, highest first; ties toward the earlier chunk.
 std::vector<int64_t> chunks_by_score(const UnitScores& scores, int64_t unit);
 

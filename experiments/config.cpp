@@ -6,6 +6,7 @@
 #include <set>
 #include <sstream>
 
+#include "core/defaults.h"
 #include "core/hdf5_file.h"
 #include "data/file_workload.h"
 #include "data/needle_workload.h"
@@ -98,8 +99,8 @@ const std::map<std::string, KeySpec>& config_keys() {
                           {"float64", "float32", "bfloat16"}};
     k["run.timing_repeats"] = {
         "1", "cuda: the forward runs this many times; metrics/seconds is the median GPU time", {}};
-    k["run.chunk"] = {"64", "chunk size C", {}};
-    k["run.group"] = {"1", "output window G in chunks (SPEC §6)", {}};
+    k["run.chunk"] = {std::to_string(defaults::kChunk), "chunk size C", {}};
+    k["run.group"] = {std::to_string(defaults::kGroup), "output window G in chunks (SPEC §6)", {}};
     k["run.normalize_qk"] = {"false", "L2-normalise q and k before the run", {}};
     k["run.position_buckets"] = {"8", "position buckets of the output error", {}};
     k["run.state_error"] = {"true", "measure the carried state against the exact one at every chunk", {}};
@@ -107,15 +108,13 @@ const std::map<std::string, KeySpec>& config_keys() {
         "true",
         "compute the float64 exact outputs (output and state error); false keeps task metrics only",
         {}};
-    k["solver.name"] = {"block_adjacent", "intra-chunk solver", solver_registry().names()};
+    k["solver.name"] = {defaults::kSolver, "intra-chunk solver", solver_registry().names()};
     for (const std::string& name : solver_registry().names())
       add_specs(k, "solver", solver_registry().entry(name).params);
-    k["selector.name"] = {"head_budget", "event selector", selector_registry().names()};
-    // update_norm, not survival: survival's persistence weight falls to zero for the last chunks, so a needle
-    // written late and read by queries at the end is dropped (needle suite, README "Choosing the default").
-    k["selector.score"] = {"update_norm", "event score", score_registry().names()};
+    k["selector.name"] = {defaults::kSelector, "event selector", selector_registry().names()};
+    k["selector.score"] = {defaults::kScore, "event score", score_registry().names()};
     k["selector.granularity"] = {
-        "pair", "pair: one decision per head group; head: per value head", {"pair", "head"}};
+        defaults::kGranularity, "pair: one decision per head group; head: per value head", {"pair", "head"}};
     for (const std::string& name : selector_registry().names())
       add_specs(k, "selector", selector_registry().entry(name).params);
     for (const std::string& name : score_registry().names())

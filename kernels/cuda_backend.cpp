@@ -12,7 +12,9 @@
 #include <type_traits>
 #include <vector>
 
+#include "core/defaults.h"
 #include "core/error.h"
+#include "core/strategy_table.h"
 #include "kernels/gdn_device.h"
 
 namespace sgdn {
@@ -132,8 +134,8 @@ cuda::Problem make_problem(const Shape& shape, double scale, const EngineConfig&
 
   const std::optional<BandedSolverForm> form = config.solver->banded_form();
   require(form.has_value(), "solver '", config.solver->name(),
-          "' has no GPU implementation on the CUDA backend (it needs a banded form; available: exact, "
-          "block_adjacent)");
+          "' has no GPU implementation on the CUDA backend (it needs a banded form; available: ",
+          strategy_names(StrategyFamily::solver), ")");
   const int64_t blocks = form->block > 0 ? (config.chunk + form->block - 1) / form->block : 1;
   if (form->band >= blocks - 1 || config.chunk % form->block != 0) {
     // Every block kept: the exact inverse, whatever the block size.
@@ -144,42 +146,33 @@ cuda::Problem make_problem(const Shape& shape, double scale, const EngineConfig&
     p.solver_band = int(form->band);
   }
 
+  // The names of core/strategies.def; `none` is no CPU score (the engine always has one).
   const std::string& score = config.score->name();
-  if (score == "update_norm") {
-    p.score = cuda::ScoreKind::update_norm;
-  } else if (score == "survival") {
-    p.score = cuda::ScoreKind::survival;
-    p.survival_skip_own_group = config.score->params().get_bool("skip_own_group", false);
-  } else {
-    fail("score '", score,
-         "' has no GPU implementation on the CUDA backend; available: update_norm, survival");
-  }
+  const int score_code = strategy_code(StrategyFamily::score, score);
+  require(score_code > int(cuda::ScoreKind::none), "score '", score,
+          "' has no GPU implementation on the CUDA backend; available: ",
+          strategy_names(StrategyFamily::score, "none"));
+  p.score = cuda::ScoreKind(score_code);
+  if (p.score == cuda::ScoreKind::survival)
+    p.survival_skip_own_group = config.score->params().get_bool("skip_own_group", defaults::kSkipOwnGroup);
 
   const std::string& selector = config.selector->name();
+  const int selector_code = strategy_code(StrategyFamily::selector, selector);
+  require(selector_code >= 0, "selector '", selector,
+          "' has no GPU implementation on the CUDA backend; available: ",
+          strategy_names(StrategyFamily::selector));
+  p.selector = cuda::SelectorKind(selector_code);
+  // Each selector's own parameters (the CPU strategy has checked them).
   const Params& sp = config.selector->params();
-  if (selector == "dense") {
-    p.selector = cuda::SelectorKind::dense;
-  } else if (selector == "random") {
-    p.selector = cuda::SelectorKind::random;
-    p.seed = uint64_t(sp.get_int("seed", 0));
-  } else if (selector == "stride") {
-    p.selector = cuda::SelectorKind::stride;
-  } else if (selector == "topk") {
-    p.selector = cuda::SelectorKind::topk;
-  } else if (selector == "head_budget") {
-    p.selector = cuda::SelectorKind::head_budget;
-    p.min_per_head = sp.get_int("min_per_head", 0);
-    p.max_fraction = sp.get_double("max_fraction", 1.0);
-  } else if (selector == "threshold") {
-    p.selector = cuda::SelectorKind::threshold;
-    p.tau = sp.get_double("tau", 1.0);
-  } else {
-    fail("selector '", selector,
-         "' has no GPU implementation on the CUDA backend; available: dense, random, stride, topk, "
-         "head_budget, threshold");
+  if (p.selector == cuda::SelectorKind::random)
+    p.seed = uint64_t(sp.get_int("seed", int64_t(defaults::kSeed)));
+  if (p.selector == cuda::SelectorKind::head_budget) {
+    p.min_per_head = sp.get_int("min_per_head", defaults::kMinPerHead);
+    p.max_fraction = sp.get_double("max_fraction", defaults::kMaxFraction);
   }
+  if (p.selector == cuda::SelectorKind::threshold) p.tau = sp.get_double("tau", defaults::kTau);
   if (p.selector != cuda::SelectorKind::dense && p.selector != cuda::SelectorKind::threshold)
-    p.rho = sp.get_double("rho", 0.29);
+    p.rho = sp.get_double("rho", defaults::kRho);
   p.pair_granularity = config.granularity == Granularity::pair;
   p.scale = float(scale);
   p.input_dtype =

@@ -22,12 +22,21 @@
 
 #include <cuda_runtime_api.h>
 
+#include "core/strategy_table.h"
+
 namespace sgdn {
 namespace cuda {
 
 enum class DType : int { float32 = 0, bfloat16 = 1 };
-enum class ScoreKind : int { none = 0, update_norm = 1, survival = 2 };
-enum class SelectorKind : int { dense = 0, random = 1, stride = 2, topk = 3, head_budget = 4, threshold = 5 };
+// The scores and selectors of core/strategies.def, with its codes (the C ABI's).
+enum class ScoreKind : int {
+#define SGDN_SCORE(name, NAME, code) name = code,
+#include "core/strategies.def"
+};
+enum class SelectorKind : int {
+#define SGDN_SELECTOR(name, NAME, code) name = code,
+#include "core/strategies.def"
+};
 
 constexpr int kMaxChunk = 64;     // C <= 64
 constexpr int kMaxHeadDim = 128;  // K, V <= 128, multiples of 16
@@ -118,7 +127,11 @@ struct SnapshotView {
 };
 SnapshotView snapshot_view(const Problem& p, void* workspace);
 
-const char* selector_name(SelectorKind s);
+// The selector's name as the CPU side registers it ("?" for a code outside the table).
+inline const char* selector_name(SelectorKind s) {
+  const char* name = strategy_name(StrategyFamily::selector, int(s));
+  return name ? name : "?";
+}
 
 // The recurrence and output kernels that forward() runs side by side for problem p on this device: the
 // recurrence's copy stages, each block's threads and each kernel's registers per thread as ptxas allocated

@@ -29,7 +29,7 @@
 extern "C" {
 #endif
 
-#define SGDN_CUDA_ABI_VERSION 3
+#define SGDN_CUDA_ABI_VERSION 4
 
 typedef struct CUstream_st* sgdn_cuda_stream; /* the same type as cudaStream_t; NULL is the default stream */
 
@@ -42,19 +42,33 @@ typedef enum {
 } sgdn_cuda_status;
 
 typedef enum { SGDN_CUDA_FLOAT32 = 0, SGDN_CUDA_BFLOAT16 = 1 } sgdn_cuda_dtype;
+
+/* The strategy codes come from the project's one table of strategies, core/strategies.def (found relative
+ * to this header), e.g. SGDN_CUDA_SELECT_HEAD_BUDGET = 4; the names go with them, as
+ * sgdn_cuda_strategy_name() gives them. Each enum ends with its count of codes. */
 typedef enum {
-  SGDN_CUDA_SCORE_NONE = 0,
-  SGDN_CUDA_SCORE_UPDATE_NORM = 1,
-  SGDN_CUDA_SCORE_SURVIVAL = 2
+#define SGDN_SCORE(name, NAME, code) SGDN_CUDA_SCORE_##NAME = code,
+#include "../core/strategies.def"
+  SGDN_CUDA_SCORE_COUNT
 } sgdn_cuda_score;
 typedef enum {
-  SGDN_CUDA_SELECT_DENSE = 0,
-  SGDN_CUDA_SELECT_RANDOM = 1,
-  SGDN_CUDA_SELECT_STRIDE = 2,
-  SGDN_CUDA_SELECT_TOPK = 3,
-  SGDN_CUDA_SELECT_HEAD_BUDGET = 4,
-  SGDN_CUDA_SELECT_THRESHOLD = 5
+#define SGDN_SELECTOR(name, NAME, code) SGDN_CUDA_SELECT_##NAME = code,
+#include "../core/strategies.def"
+  SGDN_CUDA_SELECT_COUNT
 } sgdn_cuda_selector;
+typedef enum {
+#define SGDN_GRANULARITY(name, NAME, code) SGDN_CUDA_GRANULARITY_##NAME = code,
+#include "../core/strategies.def"
+  SGDN_CUDA_GRANULARITY_COUNT
+} sgdn_cuda_granularity;
+/* The families of sgdn_cuda_strategy_count() and sgdn_cuda_strategy_name(). Solvers have no field of their
+ * own: solver_band < 0 is `exact`, a band >= 0 `block_adjacent`. */
+typedef enum {
+  SGDN_CUDA_SOLVERS = 0,
+  SGDN_CUDA_SCORES = 1,
+  SGDN_CUDA_SELECTORS = 2,
+  SGDN_CUDA_GRANULARITIES = 3
+} sgdn_cuda_strategy_family;
 
 typedef struct {
   int64_t num_seqs;                              /* sequences packed in the batch (>= 1) */
@@ -63,7 +77,7 @@ typedef struct {
   int32_t chunk;                                 /* C, 1..64 (default 64) */
   int32_t group;                                 /* G, output window in chunks (default 1) */
   int32_t solver_block;                          /* b, divides C (default 16) */
-  int32_t solver_band;                           /* kept sub-diagonal blocks; < 0 means the exact solver */
+  int32_t solver_band;                           /* kept sub-diagonal blocks (default 1); < 0: exact */
   int32_t score;                                 /* sgdn_cuda_score */
   int32_t survival_skip_own_group;               /* 0 or 1 */
   int32_t selector;                              /* sgdn_cuda_selector */
@@ -96,8 +110,17 @@ typedef struct {
   int32_t* budget;
 } sgdn_cuda_tensors;
 
-/* Fills a config with the project's defaults (dense, exact, C = 64, G = 1, survival, float32). */
+/* Fills a config with the project's defaults (core/defaults.h, as the sgdn program): C = 64, G = 1, the
+ * block_adjacent solver (block 16, band 1), the head_budget selector at rho 0.29 with the update_norm score,
+ * pair granularity, seed 0; num_seqs 1, float32 inputs and outputs, tensor cores where they apply. The
+ * sizes (tokens, heads, head dims) are left 0 for the caller. */
 void sgdn_cuda_default_config(sgdn_cuda_config* config);
+/* The number of strategies of a family (sgdn_cuda_strategy_family; 0 for an unknown one): their codes
+ * are 0 .. count - 1. */
+int32_t sgdn_cuda_strategy_count(int32_t family);
+/* The name of strategy `code` of a family as the configuration spells it ("head_budget"); NULL for an
+ * unknown family or code. The string is static. */
+const char* sgdn_cuda_strategy_name(int32_t family, int32_t code);
 /* Bytes of device workspace the forward call needs for this configuration. */
 sgdn_cuda_status sgdn_cuda_workspace_size(const sgdn_cuda_config* config, size_t* bytes);
 /* The prefill: outputs, final state, events. */

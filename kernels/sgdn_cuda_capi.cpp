@@ -7,10 +7,20 @@
 #include <cstdint>
 #include <exception>
 #include <string>
+#include <string_view>
 
+#include "core/defaults.h"
+#include "core/strategy_table.h"
 #include "kernels/gdn_device.h"
 
 namespace {
+
+using sgdn::StrategyFamily;
+static_assert(int(StrategyFamily::solver) == SGDN_CUDA_SOLVERS &&
+                  int(StrategyFamily::score) == SGDN_CUDA_SCORES &&
+                  int(StrategyFamily::selector) == SGDN_CUDA_SELECTORS &&
+                  int(StrategyFamily::granularity) == SGDN_CUDA_GRANULARITIES,
+              "sgdn_cuda_strategy_family numbers the families as sgdn::StrategyFamily");
 
 thread_local std::string last_error;
 
@@ -26,13 +36,12 @@ struct Failure {
 
 sgdn::cuda::Problem to_problem(const sgdn_cuda_config& c) {
   using namespace sgdn::cuda;
-  if (c.score < 0 || c.score > 2)
-    throw Failure{SGDN_CUDA_INVALID_ARGUMENT, "score = " + std::to_string(c.score) +
-                                                  " is not one of 0 (none), 1 (update_norm), 2 (survival)"};
-  if (c.selector < 0 || c.selector > 5)
-    throw Failure{SGDN_CUDA_INVALID_ARGUMENT,
-                  "selector = " + std::to_string(c.selector) +
-                      " is not one of 0 dense, 1 random, 2 stride, 3 topk, 4 head_budget, 5 threshold"};
+  for (auto [family, code] :
+       {std::pair{StrategyFamily::score, c.score}, {StrategyFamily::selector, c.selector}})
+    if (!sgdn::strategy_name(family, code))
+      throw Failure{SGDN_CUDA_INVALID_ARGUMENT, std::string(sgdn::family_name(family)) + " = " +
+                                                    std::to_string(code) + " is not one of " +
+                                                    sgdn::strategy_codes(family)};
   for (auto [name, dtype] :
        {std::pair<const char*, int32_t>{"input_dtype", c.input_dtype}, {"output_dtype", c.output_dtype}})
     if (dtype != SGDN_CUDA_FLOAT32 && dtype != SGDN_CUDA_BFLOAT16)
@@ -52,7 +61,7 @@ sgdn::cuda::Problem to_problem(const sgdn_cuda_config& c) {
   p.score = ScoreKind(c.score);
   p.survival_skip_own_group = c.survival_skip_own_group != 0;
   p.selector = SelectorKind(c.selector);
-  p.pair_granularity = c.head_granularity == 0;
+  p.pair_granularity = c.head_granularity == SGDN_CUDA_GRANULARITY_PAIR;
   p.rho = c.rho;
   p.tau = c.tau;
   p.seed = c.seed;
@@ -98,20 +107,38 @@ extern "C" {
 
 void sgdn_cuda_default_config(sgdn_cuda_config* config) {
   if (!config) return;
+  namespace d = sgdn::defaults;
   *config = sgdn_cuda_config{};
   config->num_seqs = 1;
-  config->chunk = 64;
-  config->group = 1;
-  config->solver_block = 16;
-  config->solver_band = -1;
-  config->score = SGDN_CUDA_SCORE_SURVIVAL;
-  config->selector = SGDN_CUDA_SELECT_DENSE;
-  config->rho = 1.0;
-  config->tau = 1.0;
+  config->chunk = int32_t(d::kChunk);
+  config->group = int32_t(d::kGroup);
+  const bool exact = std::string_view(d::kSolver) == "exact";  // the C ABI's exact solver: band < 0
+  config->solver_block = int32_t(exact ? d::kChunk : d::kSolverBlock);
+  config->solver_band = int32_t(exact ? -1 : d::kSolverBand);
+  config->score = sgdn::strategy_code(StrategyFamily::score, d::kScore);
+  config->survival_skip_own_group = d::kSkipOwnGroup ? 1 : 0;
+  config->selector = sgdn::strategy_code(StrategyFamily::selector, d::kSelector);
+  config->head_granularity = sgdn::strategy_code(StrategyFamily::granularity, d::kGranularity);
+  config->rho = d::kRho;
+  config->tau = d::kTau;
+  config->seed = d::kSeed;
+  config->min_per_head = d::kMinPerHead;
   config->input_dtype = SGDN_CUDA_FLOAT32;
   config->output_dtype = SGDN_CUDA_FLOAT32;
   config->tensor_cores = 1;
-  config->max_fraction = 1.0;
+  config->max_fraction = d::kMaxFraction;
+}
+
+int32_t sgdn_cuda_strategy_count(int32_t family) {
+  for (StrategyFamily f : sgdn::kStrategyFamilies)
+    if (int32_t(f) == family) return sgdn::strategies(f).count;
+  return 0;
+}
+
+const char* sgdn_cuda_strategy_name(int32_t family, int32_t code) {
+  for (StrategyFamily f : sgdn::kStrategyFamilies)
+    if (int32_t(f) == family) return sgdn::strategy_name(f, code);
+  return nullptr;
 }
 
 sgdn_cuda_status sgdn_cuda_workspace_size(const sgdn_cuda_config* config, size_t* bytes) {

@@ -1,26 +1,10 @@
 // `random`: each unit keeps round(rho N) chunks chosen uniformly, reproducibly from (seed, sequence, unit).
-// The generator is written out (splitmix64 + rejection sampling) rather than taken from <random>, whose
-// distributions differ between standard libraries, so a seed selects the same chunks everywhere.
+// The stream (core/selection_rules.h) is the GPU kernel's too, so a seed selects the same chunks on both
+// backends.
 #include "algorithms/builtin_strategies.h"
 
 namespace sgdn {
 namespace {
-
-uint64_t splitmix64(uint64_t& state) {
-  uint64_t z = (state += 0x9E3779B97F4A7C15ull);
-  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-  return z ^ (z >> 31);
-}
-
-// Uniform in [0, bound) without modulo bias.
-uint64_t uniform_below(uint64_t& state, uint64_t bound) {
-  const uint64_t limit = ~uint64_t{0} - (~uint64_t{0} % bound);
-  uint64_t x;
-  do x = splitmix64(state);
-  while (x >= limit);
-  return x % bound;
-}
 
 class RandomSelector : public Selector {
  public:
@@ -30,7 +14,7 @@ class RandomSelector : public Selector {
     const int64_t keep = budget_of(rho_, scores.chunks);
     std::vector<int64_t> chunks(size_t(scores.chunks));
     for (int64_t unit = 0; unit < scores.units; ++unit) {
-      uint64_t state = seed_ * 0x100000001B3ull ^ (uint64_t(sequence) << 32) ^ uint64_t(unit);
+      uint64_t state = random_stream_start(seed_, sequence, unit);
       for (int64_t c = 0; c < scores.chunks; ++c) chunks[size_t(c)] = c;
       for (int64_t i = 0; i < keep; ++i) {  // partial Fisher–Yates: the first `keep` are the sample
         const int64_t j = i + int64_t(uniform_below(state, uint64_t(scores.chunks - i)));

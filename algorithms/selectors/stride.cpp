@@ -13,7 +13,7 @@ class StrideSelector : public Selector {
     const int64_t keep = budget_of(rho_, scores.chunks);
     for (int64_t unit = 0; unit < scores.units; ++unit)
       for (int64_t i = 0; i < keep; ++i)
-        mask[unit * scores.chunks + ((2 * i + 1) * scores.chunks) / (2 * keep)] = 1;
+        mask[unit * scores.chunks + stride_chunk(i, keep, scores.chunks)] = 1;
   }
   bool uses_scores() const override { return false; }
 

@@ -42,7 +42,7 @@ else
 fi
 
 echo "== Python tests"
-FLA_FLASH_QLA=0 python3 -m pytest -q kernels/python/test_sgdn_cuda.py
+FLA_FLASH_QLA=0 python3 -m pytest -q kernels/python/
 
 echo "== benchmark"
 python3 experiments/perf/bench.py "$@"

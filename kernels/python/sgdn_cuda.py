@@ -1,12 +1,15 @@
 """SparseGDN's CUDA backend from PyTorch, through the C ABI of kernels/sgdn_cuda.h (ctypes, no build step).
 
     import sgdn_cuda
-    o, final_state, events = sgdn_cuda.chunk_sparse_gdn(q, k, v, g, beta, cu_seqlens=..., selector="head_budget")
+    o, final_state, events = sgdn_cuda.chunk_sparse_gdn(q, k, v, g, beta, cu_seqlens=...)
 
 Tensors follow FLA's layout: q, k [B, T, H, K]; v [B, T, HV, V]; g, beta [B, T, HV]; with cu_seqlens, B = 1
-and the sequences are packed along T. q, k, v and beta share one dtype (float32 or bfloat16), g is float32
-(cast here if not). The library is found through $SGDN_CUDA_LIB, else next to the repository's build-cuda/.
-Bad input raises SgdnCudaError with the library's status and message; nothing is sent to the GPU then.
+and the sequences are packed along T. q, k, v and beta share one dtype (float32 or bfloat16), g is float32.
+Every strategy keyword left at None takes the library's default (sgdn_cuda_default_config: the project's
+default configuration, the same as the sgdn program's), and the strategy names are the library's own
+(sgdn_cuda_strategy_name). The library is $SGDN_CUDA_LIB, else the repository's build/kernels/ (CMake preset
+`default`), else build-cuda/kernels/. Bad input raises SgdnCudaError with the library's status and message;
+nothing is sent to the GPU then.
 """
 from __future__ import annotations
 
@@ -17,12 +20,11 @@ from pathlib import Path
 
 import torch
 
-__all__ = ["SgdnCudaError", "chunk_sparse_gdn", "load_library", "make_config"]
+__all__ = ["SgdnCudaError", "chunk_sparse_gdn", "default_config", "load_library", "make_config", "strategy_names"]
 
-ABI_VERSION = 3  # kernels/sgdn_cuda.h SGDN_CUDA_ABI_VERSION: the Config layout below
+ABI_VERSION = 4  # kernels/sgdn_cuda.h SGDN_CUDA_ABI_VERSION: the Config layout and functions below
 FLOAT32, BFLOAT16 = 0, 1
-SCORES = {"none": 0, "update_norm": 1, "survival": 2}
-SELECTORS = {"dense": 0, "random": 1, "stride": 2, "topk": 3, "head_budget": 4, "threshold": 5}
+SOLVERS, SCORES, SELECTORS, GRANULARITIES = 0, 1, 2, 3  # sgdn_cuda_strategy_family
 STATUS = {0: "ok", 1: "invalid argument", 2: "unsupported", 3: "workspace too small", 4: "CUDA error"}
 
 
@@ -70,20 +72,26 @@ class Tensors(ctypes.Structure):
 _lib = None
 
 
+def library_candidates(path: str | None = None) -> list[str]:
+    """Where load_library looks, in order: `path`, $SGDN_CUDA_LIB, the repository's build/kernels/ (CMake
+    preset `default`) and build-cuda/kernels/."""
+    root = Path(__file__).resolve().parents[2]
+    builds = [str(root / folder / "kernels" / "libsgdn_cuda_capi.so") for folder in ("build", "build-cuda")]
+    return [c for c in [path, os.environ.get("SGDN_CUDA_LIB")] + builds if c]
+
+
 def load_library(path: str | None = None):
-    """Loads libsgdn_cuda_capi.so once (path, $SGDN_CUDA_LIB, or ../../build-cuda/kernels/ from here)."""
+    """Loads libsgdn_cuda_capi.so once, from the first of library_candidates(path) that exists."""
     global _lib
     if _lib is not None and path is None:
         return _lib
-    candidates = [path, os.environ.get("SGDN_CUDA_LIB"),
-                  str(Path(__file__).resolve().parents[2] / "build-cuda" / "kernels" / "libsgdn_cuda_capi.so")]
+    candidates = library_candidates(path)
     for candidate in candidates:
         if candidate and Path(candidate).exists():
             lib = ctypes.CDLL(candidate)
             break
     else:
-        raise FileNotFoundError(f"libsgdn_cuda_capi.so not found (tried {[c for c in candidates if c]}); "
-                                "set SGDN_CUDA_LIB")
+        raise FileNotFoundError(f"libsgdn_cuda_capi.so not found (tried {candidates}); set SGDN_CUDA_LIB")
     lib.sgdn_cuda_default_config.argtypes = [ctypes.POINTER(Config)]
     lib.sgdn_cuda_default_config.restype = None
     lib.sgdn_cuda_workspace_size.argtypes = [ctypes.POINTER(Config), ctypes.POINTER(ctypes.c_size_t)]
@@ -97,6 +105,10 @@ def load_library(path: str | None = None):
     if lib.sgdn_cuda_abi_version() != ABI_VERSION:
         raise RuntimeError(f"{lib._name} has ABI version {lib.sgdn_cuda_abi_version()}; this module speaks "
                            f"version {ABI_VERSION} (rebuild the library or update sgdn_cuda.py)")
+    lib.sgdn_cuda_strategy_count.argtypes = [ctypes.c_int32]
+    lib.sgdn_cuda_strategy_count.restype = ctypes.c_int32
+    lib.sgdn_cuda_strategy_name.argtypes = [ctypes.c_int32, ctypes.c_int32]
+    lib.sgdn_cuda_strategy_name.restype = ctypes.c_char_p
     _lib = lib
     return lib
 
@@ -115,50 +127,86 @@ def _ptr(t):
     return None if t is None else ctypes.c_void_p(t.data_ptr())
 
 
-def _check_strategy_names(solver, selector, score, granularity):
-    _require(solver in ("exact", "block_adjacent"), f"solver '{solver}' has no GPU implementation; "
-             "available: exact, block_adjacent")
-    _require(selector in SELECTORS, f"selector '{selector}' is not known; allowed: {', '.join(SELECTORS)}")
-    _require(score in SCORES, f"score '{score}' is not known; allowed: {', '.join(SCORES)}")
-    _require(granularity in ("pair", "head"), f"granularity '{granularity}'; allowed: pair, head")
+def strategy_names(lib, family: int) -> list[str]:
+    """The library's strategy names of a family (SOLVERS, SCORES, SELECTORS, GRANULARITIES); a name's position
+    is its code in sgdn_cuda_config."""
+    return [lib.sgdn_cuda_strategy_name(family, code).decode() for code in range(lib.sgdn_cuda_strategy_count(family))]
 
 
-def make_config(lib, *, num_seqs, total_tokens, qk_heads, v_heads, key_dim, value_dim, chunk=64, group=1,
-                solver="exact", block=16, band=1, selector="dense", rho=0.29, score="survival", granularity="pair",
-                seed=0, tau=1.0, min_per_head=0, max_fraction=1.0, skip_own_group=False, scale=None,
-                input_dtype=torch.bfloat16, output_dtype=torch.bfloat16, tensor_cores=True):
-    """The C ABI's sgdn_cuda_config for these settings (names as in chunk_sparse_gdn). Unknown strategy names
-    raise SgdnCudaError here; the numbers are checked by the library when the config is used. For callers that
-    preallocate and call sgdn_cuda_forward themselves."""
-    _check_strategy_names(solver, selector, score, granularity)
+def _code(lib, family: int, kind: str, name: str) -> int:
+    names = strategy_names(lib, family)
+    _require(name in names, f"{kind} '{name}' has no GPU implementation; available: {', '.join(names)}")
+    return names.index(name)
+
+
+def default_config(lib) -> Config:
+    """The library's default sgdn_cuda_config: the project's default configuration, sizes left 0."""
     config = Config()
     lib.sgdn_cuda_default_config(ctypes.byref(config))
+    return config
+
+
+def make_config(lib, *, num_seqs, total_tokens, qk_heads, v_heads, key_dim, value_dim, chunk=None, group=None,
+                solver=None, block=None, band=None, selector=None, rho=None, score=None, granularity=None,
+                seed=None, tau=None, min_per_head=None, max_fraction=None, skip_own_group=None, scale=None,
+                input_dtype=torch.bfloat16, output_dtype=torch.bfloat16, tensor_cores=None):
+    """The C ABI's sgdn_cuda_config for these settings (names as in chunk_sparse_gdn); a setting left None keeps
+    the library's default. Unknown strategy names raise SgdnCudaError here; the numbers are checked by the
+    library when the config is used. For callers that preallocate and call sgdn_cuda_forward themselves."""
+    config = default_config(lib)
     config.num_seqs, config.total_tokens = int(num_seqs), int(total_tokens)
     config.qk_heads, config.v_heads, config.key_dim, config.value_dim = qk_heads, v_heads, key_dim, value_dim
-    config.chunk, config.group = chunk, group
-    config.solver_block = block if solver == "block_adjacent" else chunk
-    config.solver_band = band if solver == "block_adjacent" else -1
-    config.score = SCORES[score]
-    config.survival_skip_own_group = int(bool(skip_own_group))
-    config.selector = SELECTORS[selector]
-    config.head_granularity = 0 if granularity == "pair" else 1
-    config.rho, config.tau, config.seed, config.min_per_head = float(rho), float(tau), int(seed), int(min_per_head)
-    config.max_fraction = float(max_fraction)
+    if chunk is not None:
+        config.chunk = int(chunk)
+    if group is not None:
+        config.group = int(group)
+    # The C ABI's solvers: `exact` is a band < 0 (one block of the whole chunk), `block_adjacent` a band >= 0.
+    if solver is None:
+        solver = "exact" if config.solver_band < 0 else "block_adjacent"
+    _code(lib, SOLVERS, "solver", solver)
+    if solver == "exact":
+        config.solver_block, config.solver_band = config.chunk, -1
+    else:
+        if block is not None:
+            config.solver_block = int(block)
+        if band is not None:
+            config.solver_band = int(band)
+        _require(config.solver_band >= 0, f"solver {solver} needs band >= 0, got {config.solver_band}")
+    if score is not None:
+        config.score = _code(lib, SCORES, "score", score)
+    if selector is not None:
+        config.selector = _code(lib, SELECTORS, "selector", selector)
+    if granularity is not None:
+        config.head_granularity = _code(lib, GRANULARITIES, "granularity", granularity)
+    if skip_own_group is not None:
+        config.survival_skip_own_group = int(bool(skip_own_group))
+    if rho is not None:
+        config.rho = float(rho)
+    if tau is not None:
+        config.tau = float(tau)
+    if seed is not None:
+        config.seed = int(seed)
+    if min_per_head is not None:
+        config.min_per_head = int(min_per_head)
+    if max_fraction is not None:
+        config.max_fraction = float(max_fraction)
+    if tensor_cores is not None:
+        config.tensor_cores = int(bool(tensor_cores))
     config.scale = float(scale) if scale is not None else 0.0
     config.input_dtype = BFLOAT16 if input_dtype == torch.bfloat16 else FLOAT32
     config.output_dtype = BFLOAT16 if output_dtype == torch.bfloat16 else FLOAT32
-    config.tensor_cores = int(bool(tensor_cores))
     return config
 
 
 def chunk_sparse_gdn(q, k, v, g, beta, *, scale=None, initial_state=None, output_final_state=True,
-                     cu_seqlens=None, chunk=64, group=1, solver="exact", block=16, band=1,
-                     selector="dense", rho=0.29, score="survival", granularity="pair", seed=0, tau=1.0,
-                     min_per_head=0, max_fraction=1.0, skip_own_group=False, output_dtype=None,
-                     workspace=None, tensor_cores=True):
+                     cu_seqlens=None, chunk=None, group=None, solver=None, block=None, band=None,
+                     selector=None, rho=None, score=None, granularity=None, seed=None, tau=None,
+                     min_per_head=None, max_fraction=None, skip_own_group=None, output_dtype=None,
+                     workspace=None, tensor_cores=None):
     """Sparse GDN prefill on the GPU (SPEC §3–§7). Returns (o, final_state or None, events) where events is a
     dict with `mask` and `score` (flat, per sequence [HV, N_s] blocks), `budget` [num_seqs, units] and
-    `chunk_offsets` (the per-sequence chunk offsets that index them)."""
+    `chunk_offsets` (the per-sequence chunk offsets that index them). Settings left None take the library's
+    defaults (sgdn_cuda_default_config in kernels/sgdn_cuda.h: the project's default configuration)."""
     lib = load_library()
     tensors = {"q": q, "k": k, "v": v, "g": g, "beta": beta}
     for name, t in tensors.items():
@@ -195,10 +243,6 @@ def chunk_sparse_gdn(q, k, v, g, beta, *, scale=None, initial_state=None, output
         num_seqs = cu_host.numel() - 1
         lengths = (cu_host[1:] - cu_host[:-1]).tolist()
         cu = cu_host.to(device=device, dtype=torch.int32).contiguous()
-    n_chunks = [math.ceil(n / chunk) for n in lengths] if chunk > 0 else [0] * num_seqs
-    chunk_offsets = [0]
-    for n in n_chunks:
-        chunk_offsets.append(chunk_offsets[-1] + n)
 
     out_dtype = output_dtype or q.dtype
     _require(out_dtype in (torch.float32, torch.bfloat16), f"output_dtype {out_dtype}; allowed: float32, bfloat16")
@@ -207,6 +251,10 @@ def chunk_sparse_gdn(q, k, v, g, beta, *, scale=None, initial_state=None, output
                          score=score, granularity=granularity, seed=seed, tau=tau, min_per_head=min_per_head,
                          max_fraction=max_fraction, skip_own_group=skip_own_group, scale=scale,
                          input_dtype=q.dtype, output_dtype=out_dtype, tensor_cores=tensor_cores)
+    n_chunks = [math.ceil(n / config.chunk) for n in lengths] if config.chunk > 0 else [0] * num_seqs
+    chunk_offsets = [0]
+    for n in n_chunks:
+        chunk_offsets.append(chunk_offsets[-1] + n)
 
     size = ctypes.c_size_t(0)
     _check(lib, lib.sgdn_cuda_workspace_size(ctypes.byref(config), ctypes.byref(size)))
@@ -214,7 +262,7 @@ def chunk_sparse_gdn(q, k, v, g, beta, *, scale=None, initial_state=None, output
         _require(initial_state.is_cuda and initial_state.is_contiguous() and initial_state.dtype == torch.float32
                  and tuple(initial_state.shape) == (num_seqs, HV, K, V),
                  f"initial_state must be a contiguous float32 CUDA tensor [{num_seqs}, {HV}, {K}, {V}]")
-    units = H if granularity == "pair" else HV
+    units = HV if config.head_granularity else H
     o = torch.empty((B, T, HV, V), dtype=out_dtype, device=device)
     final_state = torch.empty((num_seqs, HV, K, V), dtype=torch.float32, device=device) if output_final_state else None
     events = chunk_offsets[-1] * HV

@@ -15,6 +15,9 @@ import sgdn_cuda  # noqa: E402
 
 os.environ.setdefault("FLA_FLASH_QLA", "0")
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+# Every event with the exact solver: the configuration whose outputs the token recurrence gives to 1e-6
+# (the library's default is sparse).
+DENSE = dict(selector="dense", solver="exact")
 
 
 def random_inputs(T, H, HV, K, V, dtype, seed, B=1):
@@ -60,7 +63,7 @@ def rel(a, b):
 def test_dense_matches_float64(dtype, tol, T, H, HV, K, V):
     q, k, v, g, beta = random_inputs(T, H, HV, K, V, dtype, seed=T + HV)
     s0 = 0.3 * torch.randn(1, HV, K, V, device="cuda")
-    o, final, events = sgdn_cuda.chunk_sparse_gdn(q, k, v, g, beta, initial_state=s0, group=2)
+    o, final, events = sgdn_cuda.chunk_sparse_gdn(q, k, v, g, beta, initial_state=s0, group=2, **DENSE)
     ref_o, ref_s = token_recurrence(q, k, v, g, beta, K ** -0.5, s0)
     eo, es = rel(o, ref_o), rel(final, ref_s)
     print(f"\ndense {dtype} T={T} H={H} HV={HV} K={K} V={V}: rel err o {eo:.3e} state {es:.3e}")
@@ -74,7 +77,7 @@ def test_dense_without_score_matches_float64():
     T, H, HV = 200, 2, 4
     q, k, v, g, beta = random_inputs(T, H, HV, 128, 128, torch.bfloat16, seed=21)
     s0 = 0.3 * torch.randn(1, HV, 128, 128, device="cuda")
-    o, final, events = sgdn_cuda.chunk_sparse_gdn(q, k, v, g, beta, initial_state=s0, score="none")
+    o, final, events = sgdn_cuda.chunk_sparse_gdn(q, k, v, g, beta, initial_state=s0, score="none", **DENSE)
     ref_o, ref_s = token_recurrence(q, k, v, g, beta, 128 ** -0.5, s0)
     eo, es = rel(o, ref_o), rel(final, ref_s)
     print(f"\ndense without a score, bf16 tensor cores T={T}: rel err o {eo:.3e} state {es:.3e}")
@@ -89,7 +92,7 @@ def test_varlen_matches_per_sequence():
     T = sum(lengths)
     q, k, v, g, beta = random_inputs(T, 2, 4, 128, 128, torch.bfloat16, seed=11)
     cu = torch.tensor([0] + list(itertools.accumulate(lengths)), dtype=torch.int32, device="cuda")
-    o, final, _ = sgdn_cuda.chunk_sparse_gdn(q, k, v, g, beta, cu_seqlens=cu)
+    o, final, _ = sgdn_cuda.chunk_sparse_gdn(q, k, v, g, beta, cu_seqlens=cu, **DENSE)
     worst = 0.0
     for i, (a, b) in enumerate(zip(cu[:-1].tolist(), cu[1:].tolist())):
         ref_o, ref_s = token_recurrence(q[:, a:b], k[:, a:b], v[:, a:b], g[:, a:b], beta[:, a:b], 128 ** -0.5)
@@ -132,7 +135,7 @@ def test_fla_parity_dense():
         pytest.skip(f"FLA not importable: {exc}")
     T, H, HV, K, V = 512, 2, 4, 128, 128
     q, k, v, g, beta = random_inputs(T, H, HV, K, V, torch.bfloat16, seed=3)
-    ours, ours_s, _ = sgdn_cuda.chunk_sparse_gdn(q, k, v, g, beta)
+    ours, ours_s, _ = sgdn_cuda.chunk_sparse_gdn(q, k, v, g, beta, **DENSE)
     fla_o, fla_s = chunk_gated_delta_rule(q, k, v, g, beta, scale=K ** -0.5, output_final_state=True)
     ref_o, ref_s = token_recurrence(q, k, v, g, beta, K ** -0.5)
     e_ours, e_fla, e_between = rel(ours, ref_o), rel(fla_o, ref_o), rel(ours, fla_o)

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "algorithms/engine.h"
+#include "core/strategy_table.h"
 #include "kernels/cuda_backend.h"
 #include "kernels/gdn_device.h"
 
@@ -428,16 +429,16 @@ double check_varlen(const VarlenCase& vc) {
   } else {
     p.solver_block = 16;
     p.solver_band = 1;
-    p.selector = vc.selector == "head_budget" ? cuda::SelectorKind::head_budget
-                 : vc.selector == "topk"      ? cuda::SelectorKind::topk
-                 : vc.selector == "random"    ? cuda::SelectorKind::random
-                 : vc.selector == "stride"    ? cuda::SelectorKind::stride
-                                              : cuda::SelectorKind::threshold;
+    const int selector_code = strategy_code(StrategyFamily::selector, vc.selector);
+    REQUIRE(selector_code >= 0);
+    p.selector = cuda::SelectorKind(selector_code);
     p.rho = strategies.selector->params().get_double("rho", 0.29);
     p.tau = strategies.selector->params().get_double("tau", 1.0);
     p.seed = uint64_t(strategies.selector->params().get_int("seed", 0));
     p.min_per_head = strategies.selector->params().get_int("min_per_head", 0);
-    p.score = vc.score == "update_norm" ? cuda::ScoreKind::update_norm : cuda::ScoreKind::survival;
+    const int score_code = strategy_code(StrategyFamily::score, vc.score);
+    REQUIRE(score_code >= 0);
+    p.score = cuda::ScoreKind(score_code);
   }
   p.input_dtype = vc.bf16 ? cuda::DType::bfloat16 : cuda::DType::float32;
   p.output_dtype = vc.out_bf16 ? cuda::DType::bfloat16 : cuda::DType::float32;
@@ -1120,7 +1121,8 @@ TEST_CASE("CUDA measuring switches take only their own digits", "[gpu][switches]
 TEST_CASE("CUDA small sparse case for the sanitizers", "[gpu][small]") {
   const Shape shape = make_shape(2, 100, 1, 2, 32, 32);
   const Inputs<float> in = random_inputs(shape, true, 31);
-  for (const std::string sel : {"topk", "head_budget", "threshold", "random", "stride", "dense"}) {
+  for (const StrategyEntry& selector : strategies(StrategyFamily::selector)) {  // every GPU selector
+    const std::string sel = selector.name;
     Strategies s = make_strategies("block_adjacent", {{"block", "8"}, {"band", "1"}}, "survival", sel,
                                    sel == "threshold" ? std::map<std::string, std::string>{{"tau", "1.0"}}
                                                       : std::map<std::string, std::string>{{"rho", "0.5"}},

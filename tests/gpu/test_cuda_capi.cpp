@@ -9,6 +9,10 @@
 #include <string>
 #include <vector>
 
+#include "algorithms/builtin_strategies.h"
+#include "core/defaults.h"
+#include "core/strategy_table.h"
+#include "kernels/gdn_device.h"
 #include "kernels/sgdn_cuda.h"
 
 namespace {
@@ -32,6 +36,69 @@ std::string last_error() {
 }
 
 }  // namespace
+
+TEST_CASE("the device's and the C ABI's strategy names are the table's and the CPU's", "[gpu][capi]") {
+  using namespace sgdn;
+  for (StrategyFamily family : kStrategyFamilies) {
+    const StrategyList list = strategies(family);
+    INFO(family_name(family));
+    CHECK(sgdn_cuda_strategy_count(int32_t(family)) == list.count);
+    for (const StrategyEntry& entry : list) {
+      const char* name = sgdn_cuda_strategy_name(int32_t(family), entry.code);
+      REQUIRE(name != nullptr);
+      CHECK(std::string(name) == entry.name);
+    }
+    CHECK(sgdn_cuda_strategy_name(int32_t(family), list.count) == nullptr);
+  }
+  CHECK(sgdn_cuda_strategy_count(4) == 0);
+  CHECK(sgdn_cuda_strategy_name(4, 0) == nullptr);
+  CHECK(SGDN_CUDA_SELECT_COUNT == strategies(StrategyFamily::selector).count);
+  CHECK(SGDN_CUDA_SCORE_COUNT == strategies(StrategyFamily::score).count);
+  // The device's names, each a registered CPU selector.
+  for (const StrategyEntry& entry : strategies(StrategyFamily::selector)) {
+    const std::string name = cuda::selector_name(cuda::SelectorKind(entry.code));
+    CHECK(name == entry.name);
+    CHECK(selector_registry().contains(name));
+  }
+  // The codes callers pass as numbers stay what they were.
+  CHECK(SGDN_CUDA_SCORE_NONE == 0);
+  CHECK(SGDN_CUDA_SCORE_UPDATE_NORM == 1);
+  CHECK(SGDN_CUDA_SCORE_SURVIVAL == 2);
+  CHECK(SGDN_CUDA_SELECT_DENSE == 0);
+  CHECK(SGDN_CUDA_SELECT_RANDOM == 1);
+  CHECK(SGDN_CUDA_SELECT_STRIDE == 2);
+  CHECK(SGDN_CUDA_SELECT_TOPK == 3);
+  CHECK(SGDN_CUDA_SELECT_HEAD_BUDGET == 4);
+  CHECK(SGDN_CUDA_SELECT_THRESHOLD == 5);
+}
+
+TEST_CASE("the C ABI's default config is the project's (core/defaults.h)", "[gpu][capi]") {
+  using namespace sgdn;
+  sgdn_cuda_config c;
+  std::memset(&c, 0x5A, sizeof c);  // every field must be written
+  sgdn_cuda_default_config(&c);
+  CHECK(c.num_seqs == 1);
+  CHECK(c.chunk == defaults::kChunk);
+  CHECK(c.group == defaults::kGroup);
+  CHECK(std::string(defaults::kSolver) == "block_adjacent");
+  CHECK(c.solver_block == defaults::kSolverBlock);
+  CHECK(c.solver_band == defaults::kSolverBand);
+  CHECK(std::string(strategy_name(StrategyFamily::score, c.score)) == defaults::kScore);
+  CHECK(std::string(strategy_name(StrategyFamily::selector, c.selector)) == defaults::kSelector);
+  CHECK(std::string(strategy_name(StrategyFamily::granularity, c.head_granularity)) ==
+        defaults::kGranularity);
+  CHECK(c.survival_skip_own_group == int32_t(defaults::kSkipOwnGroup));
+  CHECK(c.rho == defaults::kRho);
+  CHECK(c.tau == defaults::kTau);
+  CHECK(c.seed == defaults::kSeed);
+  CHECK(c.min_per_head == defaults::kMinPerHead);
+  CHECK(c.max_fraction == defaults::kMaxFraction);
+  CHECK(c.scale == 0.f);
+  CHECK(c.input_dtype == SGDN_CUDA_FLOAT32);
+  CHECK(c.output_dtype == SGDN_CUDA_FLOAT32);
+  CHECK(c.tensor_cores == 1);
+  CHECK(c.total_tokens == 0);
+}
 
 TEST_CASE("C ABI rejects bad input with a status and a message", "[gpu][capi]") {
   const int T = 100, H = 2, HV = 4, K = 64, V = 64;
@@ -168,6 +235,7 @@ TEST_CASE("C ABI rejects bad input with a status and a message", "[gpu][capi]") 
     for (int32_t score : {SGDN_CUDA_SCORE_NONE, SGDN_CUDA_SCORE_SURVIVAL}) {
       INFO("score code " << score);
       sgdn_cuda_config dense = config;
+      dense.selector = SGDN_CUDA_SELECT_DENSE;
       dense.score = score;
       sgdn_cuda_tensors events = t;
       events.event_mask = static_cast<uint8_t*>(arena.alloc(size_t(HV * 2)));
