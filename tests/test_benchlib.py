@@ -35,6 +35,13 @@ class BenchlibTest(unittest.TestCase):
         self.assertRaisesRegex(benchlib.UsageError, "given twice", benchlib.parse_libs, ["a=/x", "a=/y"])
         self.assertRaisesRegex(benchlib.UsageError, "NAME=PATH", benchlib.parse_libs, ["a="])
 
+    def test_modules(self):
+        self.assertEqual(benchlib.parse_modules(None, ["old"]), {})
+        self.assertEqual(benchlib.parse_modules(["old=/src/kernels/python"], ["old", "new"]),
+                         {"old": "/src/kernels/python"})
+        self.assertRaisesRegex(benchlib.UsageError, "no --lib is named x", benchlib.parse_modules, ["x=/d"], ["old"])
+        self.assertRaisesRegex(benchlib.UsageError, "NAME=DIR", benchlib.parse_modules, ["old"], ["old"])
+
     def test_gpu_model(self):
         cases = {"NVIDIA H100 80GB HBM3": "h100", "NVIDIA H200": "h200", "NVIDIA H100 PCIe": "h100",
                  "NVIDIA A100-SXM4-40GB": "a100", "NVIDIA GeForce RTX 4090": "rtx4090", "NVIDIA L40S": "l40s",

@@ -30,6 +30,7 @@ import argparse
 import ctypes
 import datetime
 import importlib.metadata
+import importlib.util
 import itertools
 import json
 import math
@@ -78,11 +79,12 @@ class Ours:
         q = inputs[0]
         T = q.shape[1]
         self.lib = lib
-        c = sgdn_cuda.make_config(lib, num_seqs=len(lengths), total_tokens=T, qk_heads=H, v_heads=HV, key_dim=K,
+        self.mod = lib.sgdn_module
+        c = self.mod.make_config(lib, num_seqs=len(lengths), total_tokens=T, qk_heads=H, v_heads=HV, key_dim=K,
                                   value_dim=V, chunk=C, output_dtype=out_dtype, **cfg)
         self.config = c
         size = ctypes.c_size_t(0)
-        sgdn_cuda._check(lib, lib.sgdn_cuda_workspace_size(ctypes.byref(c), ctypes.byref(size)))
+        self.mod._check(lib, lib.sgdn_cuda_workspace_size(ctypes.byref(c), ctypes.byref(size)))
         self.workspace = torch.empty(max(size.value, 1), dtype=torch.uint8, device="cuda")
         self.cu = torch.tensor([0, *itertools.accumulate(lengths)], dtype=torch.int32, device="cuda")
         self.n_chunks = sum(math.ceil(n / C) for n in lengths)
@@ -98,13 +100,13 @@ class Ours:
     def set_inputs(self, inputs):
         q, k, v, g, beta = inputs
         p = lambda t: ctypes.c_void_p(t.data_ptr())
-        self.tensors.append(sgdn_cuda.Tensors(
+        self.tensors.append(self.mod.Tensors(
             q=p(q), k=p(k), v=p(v), g=p(g), beta=p(beta), cu_seqlens=p(self.cu), initial_state=None, o=p(self.o),
             final_state=p(self.final), event_mask=p(self.mask), event_score=p(self.score), budget=p(self.budget)))
 
     def __call__(self, which=0):
         stream = torch.cuda.current_stream().cuda_stream
-        sgdn_cuda._check(self.lib, self.lib.sgdn_cuda_forward(
+        self.mod._check(self.lib, self.lib.sgdn_cuda_forward(
             ctypes.byref(self.config), ctypes.byref(self.tensors[which]), ctypes.c_void_p(self.workspace.data_ptr()),
             ctypes.c_size_t(self.workspace.numel()), ctypes.c_void_p(stream)))
 
@@ -114,6 +116,21 @@ class Ours:
         uw = self.n_chunks * HV * C * (K + V) * 2  # bf16 U and W
         snapshots = (kept + len(self.final) * HV) * K * V * 2  # bf16 snapshots (tensor-core path)
         return (snapshots, uw, self.workspace.numel()), kept / max(1, self.mask.numel())
+
+
+def load_with_module(path, module_dir, name):
+    """The library at `path` (None: the one this checkout's module finds), driven by the sgdn_cuda module of
+    `module_dir` (None: this checkout's), which is kept on the library object as `sgdn_module`."""
+    mod = sgdn_cuda
+    if module_dir is not None:
+        spec = importlib.util.spec_from_file_location(f"sgdn_cuda_{name}", os.path.join(module_dir, "sgdn_cuda.py"))
+        if spec is None or not os.path.isfile(spec.origin):
+            sys.exit(f"--module {name}={module_dir}: no sgdn_cuda.py there")
+        mod = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(mod)
+    lib = mod.load_library(path)
+    lib.sgdn_module = mod
+    return lib
 
 
 def layout_inputs(T, lengths):
@@ -276,6 +293,9 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--lib", action="append", metavar="NAME=PATH",
                     help="a build of libsgdn_cuda_capi.so to time (repeatable; default: the one sgdn_cuda finds)")
+    ap.add_argument("--module", action="append", metavar="NAME=DIR",
+                    help="for the library NAME, the sgdn_cuda.py in DIR that speaks its ABI (a build of another "
+                         "checkout: its kernels/python); default: this checkout's module")
     ap.add_argument("--out", default=os.path.join(HERE, "results"))
     ap.add_argument("--quick", action="store_true", help="layouts " + ", ".join(benchlib.QUICK_LAYOUTS) + " only")
     ap.add_argument("--layouts", help="comma-separated layout names (default all: "
@@ -290,6 +310,7 @@ def main():
     args = ap.parse_args()
     try:
         libs_named = benchlib.parse_libs(args.lib)
+        modules = benchlib.parse_modules(args.module, [name for name, _ in libs_named])
         layouts = benchlib.choose_layouts(args.layouts, args.quick)
         configs = benchlib.choose_configs(args.configs)
     except benchlib.UsageError as exc:
@@ -298,9 +319,9 @@ def main():
         if not os.path.isfile(path):
             sys.exit(f"--lib {name}={path}: no such file")
     if libs_named:
-        libs = [(name, sgdn_cuda.load_library(path)) for name, path in libs_named]
+        libs = [(name, load_with_module(path, modules.get(name), name)) for name, path in libs_named]
     else:
-        libs = [("ours", sgdn_cuda.load_library())]
+        libs = [("ours", load_with_module(None, None, "ours"))]
     fla_fn, qla_fn, versions = optional_imports(not args.no_fla, not args.no_qla)
 
     props = torch.cuda.get_device_properties(0)

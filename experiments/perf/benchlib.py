@@ -62,6 +62,19 @@ def choose_configs(names=None):
     return {n: known[n] for n in names.split(",")}
 
 
+def parse_modules(values, lib_names):
+    """`--module NAME=DIR` values as {name: dir}; every NAME must be one of the --lib names."""
+    modules = {}
+    for value in values or []:
+        name, sep, path = value.partition("=")
+        if not sep or not name or not path:
+            raise UsageError(f"--module {value}: expected NAME=DIR")
+        if name not in lib_names:
+            raise UsageError(f"--module {value}: no --lib is named {name} (named: {', '.join(lib_names) or 'none'})")
+        modules[name] = path
+    return modules
+
+
 def parse_libs(values):
     """`--lib NAME=PATH` values (repeatable) as [(name, path)], in order. A value without NAME= is named by its
     position (lib1, lib2, ...). Names must be distinct: they label the rows."""
