@@ -16,6 +16,7 @@ namespace {
 const char* kUsage =
     "usage:\n"
     "  sgdn run CONFIG.ini [--set section.key=value ...] [--out FILE.h5] [--backend cpu|cuda] [--shard i/n]\n"
+    "                     [--lock-wait SECONDS]\n"
     "  sgdn list CONFIG.ini [--set section.key=value ...]\n"
     "  sgdn analyze FILE.h5 [FILE.h5 ...]\n"
     "  sgdn keys                      every config key with its default\n";
@@ -24,12 +25,15 @@ int command_run_or_list(const std::string& command, const std::vector<std::strin
   po::options_description desc("options");
   std::vector<std::string> sets;
   std::string out, backend, shard = "0/1";
+  RunnerOptions options;
   desc.add_options()("set", po::value(&sets)->composing(), "override a config key: section.key=value")(
       "out", po::value(&out),
       "experiment file (default: the config's name with .h5, in the current directory)")(
       "backend", po::value(&backend), "cpu | cuda (same as --set run.backend=...)")(
-      "shard", po::value(&shard), "run every n-th run starting at i: i/n")("config", po::value<std::string>(),
-                                                                           "");
+      "shard", po::value(&shard), "run every n-th run starting at i: i/n")(
+      "lock-wait", po::value(&options.lock_wait_seconds),
+      "seconds to wait for FILE.h5.lock while another process merges into FILE.h5")(
+      "config", po::value<std::string>(), "");
   po::positional_options_description pos;
   pos.add("config", 1);
   po::variables_map vm;
@@ -41,12 +45,13 @@ int command_run_or_list(const std::string& command, const std::vector<std::strin
   const Experiment exp = load_experiment(config, sets);
   if (command == "list") {
     const std::vector<RunSpec> runs = exp.expand();
-    for (const RunSpec& run : runs)
-      std::cout << run.id << "  " << run.workload_id << "  " << run.label() << "\n";
+    const std::vector<std::string> labels = distinct_labels(runs);
+    for (size_t i = 0; i < runs.size(); ++i)
+      std::cout << runs[i].id << "  " << runs[i].workload_id << "  " << labels[i] << "\n";
     std::cout << runs.size() << " runs\n";
     return 0;
   }
-  RunnerOptions options;
+  require(options.lock_wait_seconds >= 0, "--lock-wait ", options.lock_wait_seconds, ": must be >= 0");
   std::tie(options.shard_index, options.shard_count) = parse_shard(shard);
   // Without --out each shard gets a file of its own, so shards never share one.
   const std::string stem = std::filesystem::path(config).stem().string();
@@ -55,9 +60,13 @@ int command_run_or_list(const std::string& command, const std::vector<std::strin
                                            : stem + ".shard-" + std::to_string(options.shard_index) + "-of-" +
                                                  std::to_string(options.shard_count) + ".h5";
   const RunnerSummary summary = run_experiment(exp, options, std::cerr);
+  if (summary.runs == 0) {
+    std::cerr << "sgdn run: nothing written\n";  // a shard past the number of runs, or no workloads
+    return 0;
+  }
   std::cerr << "sgdn run: " << summary.ran << " runs done now, " << summary.already_done
             << " found done; wrote " << options.out << "\n";
-  print_analysis(std::cout, read_runs(options.out));
+  print_analysis(std::cout, read_runs(options.out), std::cerr);
   return 0;
 }
 
@@ -79,7 +88,7 @@ int main(int argc, char** argv) {
         std::vector<RunRecord> more = read_runs(path);
         runs.insert(runs.end(), more.begin(), more.end());
       }
-      print_analysis(std::cout, runs);
+      print_analysis(std::cout, runs, std::cerr);
       return 0;
     }
     if (command == "keys") {

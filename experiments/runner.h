@@ -14,6 +14,8 @@ struct RunnerOptions {
   int64_t shard_index = 0;  // run every shard_count-th run starting at shard_index
   int64_t shard_count = 1;
   int64_t stop_after = -1;  // stop after this many new runs, without merging (tests of resuming)
+  // How long to wait for the lock on FILE.h5.lock that another process holds while it merges.
+  double lock_wait_seconds = 1800;
 };
 
 struct RunnerSummary {
