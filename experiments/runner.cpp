@@ -17,13 +17,17 @@
 
 #include "analysis/metrics.h"
 #include "analysis/tables.h"
+#include "core/build_info.h"
 #include "core/error.h"
 #include "core/hdf5_file.h"
 #include "data/file_workload.h"
 #include "data/workload.h"
 #ifdef SGDN_WITH_CUDA
+#include <cuda_runtime_api.h>
+
 #include "kernels/cuda_backend.h"
 #endif
+#include <omp.h>
 
 namespace sgdn {
 namespace fs = std::filesystem;
@@ -230,6 +234,30 @@ EngineResult<float> to_float(EngineResult<S>&& r) {
   }
 }
 
+// The build and the machine that made a run: the source revision (and whether the tree was dirty), the
+// compiler, the host, the CPU threads, the GPU of a cuda run.
+void write_build_attributes(h5::File& f, const std::string& root, const std::string& backend) {
+  const BuildInfo& build = this_build();
+  f.set_attr(root, "build_revision", build.revision);
+  f.set_attr(root, "build_dirty", int64_t(build.dirty ? 1 : 0));
+  f.set_attr(root, "build_source", build.source_id);
+  f.set_attr(root, "build_compiler", build.compiler);
+  char host[256] = "unknown";
+  ::gethostname(host, sizeof host - 1);
+  f.set_attr(root, "build_host", std::string(host));
+  f.set_attr(root, "build_threads", int64_t(omp_get_max_threads()));
+#ifdef SGDN_WITH_CUDA
+  if (backend == "cuda") {
+    cudaDeviceProp properties{};
+    int device = 0;
+    if (cudaGetDevice(&device) == cudaSuccess && cudaGetDeviceProperties(&properties, device) == cudaSuccess)
+      f.set_attr(root, "build_gpu", std::string(properties.name));
+  }
+#else
+  (void)backend;
+#endif
+}
+
 // Runs one configuration and writes its part file.
 void execute_run(const RunSpec& run, PreparedWorkload& pw, const RunnerOptions& options,
                  const fs::path& parts, std::ostream& progress) {
@@ -316,6 +344,7 @@ void execute_run(const RunSpec& run, PreparedWorkload& pw, const RunnerOptions& 
     f.set_attr(root, "workload", run.workload_id);
     f.set_attr(root, "backend", backend);
     f.set_attr(root, "label", run.label());
+    write_build_attributes(f, root, backend);
     if (run.get_bool("dump.outputs")) {
       f.write(root + "/outputs/o", res.o);
       written.insert(written.begin(), "outputs/o");
@@ -385,13 +414,19 @@ void execute_run(const RunSpec& run, PreparedWorkload& pw, const RunnerOptions& 
   });
 }
 
-std::set<std::string> runs_in(const std::string& path) {
-  std::set<std::string> ids;
-  if (!fs::exists(path)) return ids;
+// The source id of the build that made a run ("" for runs written before builds were recorded).
+std::string build_source_of(const h5::File& file, const std::string& run_path) {
+  return file.has_attr(run_path, "build_source") ? file.attr_string(run_path, "build_source") : "";
+}
+
+// The runs of a file, each with the source id of the build that made it.
+std::map<std::string, std::string> runs_in(const std::string& path) {
+  std::map<std::string, std::string> runs;
+  if (!fs::exists(path)) return runs;
   const h5::File file = h5::File::open(path);
   if (file.is_group("/runs"))
-    for (const std::string& id : file.children("/runs")) ids.insert(id);
-  return ids;
+    for (const std::string& id : file.children("/runs")) runs[id] = build_source_of(file, "/runs/" + id);
+  return runs;
 }
 
 // Copies what `source` has under `path` and `target` lacks: whole objects, or for a group that exists in
@@ -436,8 +471,14 @@ void merge_parts(const RunnerOptions& options, const fs::path& parts, std::ostre
       const h5::File source = h5::File::open(part.string());
       for (const char* top : {"/workloads", "/runs"}) {
         if (!source.is_group(top)) continue;
-        for (const std::string& id : source.children(top))
-          copy_missing(f, source, std::string(top) + "/" + id);
+        for (const std::string& id : source.children(top)) {
+          const std::string path = std::string(top) + "/" + id;
+          // A run made again by another build replaces the file's (its space is reused by h5repack only).
+          if (top == std::string("/runs") && f.exists(path) &&
+              build_source_of(f, path) != build_source_of(source, path))
+            f.remove(path);
+          copy_missing(f, source, path);
+        }
       }
     }
     if (f.is_group("/runs")) {
@@ -540,6 +581,28 @@ std::string format_seconds(double s) {
 
 }  // namespace
 
+std::vector<RunState> run_states(const std::vector<RunSpec>& runs, const std::string& out) {
+  const std::map<std::string, std::string> in_file = runs_in(out);
+  const fs::path parts = out + ".parts";
+  const std::string& mine = this_build().source_id;
+  std::vector<RunState> states;
+  for (const RunSpec& run : runs) {
+    std::optional<std::string> made_by;
+    if (auto it = in_file.find(run.id); it != in_file.end()) made_by = it->second;
+    const std::string part = part_of_run(parts, run.id);
+    std::error_code ignored;
+    if (fs::exists(part, ignored)) {
+      const std::string in_part = build_source_of(h5::File::open(part), "/runs/" + run.id);
+      if (!made_by || in_part == mine)
+        made_by = in_part;  // a part of this build is merged over the file's run
+    }
+    states.push_back(!made_by           ? RunState::to_run
+                     : *made_by == mine ? RunState::done
+                                        : RunState::done_by_other_build);
+  }
+  return states;
+}
+
 RunnerSummary run_experiment(const Experiment& experiment, const RunnerOptions& options,
                              std::ostream& progress) {
   require(!options.out.empty(), "sgdn run: no output file (--out FILE.h5)");
@@ -562,15 +625,21 @@ RunnerSummary run_experiment(const Experiment& experiment, const RunnerOptions& 
     progress << "; nothing to do\n";
     return summary;
   }
-  const std::set<std::string> in_file = runs_in(options.out);
+  const std::vector<RunState> states = run_states(all, options.out);
   std::vector<size_t> pending;
+  int64_t other_build = 0;
   for (size_t i : mine) {
-    if (in_file.count(all[i].id) || fs::exists(part_of_run(parts, all[i].id))) {
+    if (states[i] == RunState::done || (options.reuse_runs && states[i] == RunState::done_by_other_build)) {
       ++summary.already_done;
     } else {
+      other_build += states[i] == RunState::done_by_other_build;
       pending.push_back(i);
     }
   }
+  if (other_build > 0)
+    progress << "sgdn run: " << other_build << " runs in " << options.out
+             << " were made by another build than " << this_build().source_id
+             << " and run again (--reuse-runs keeps them)\n";
   std::vector<const RunSpec*> pending_runs;
   for (size_t i : pending) pending_runs.push_back(&all[i]);
   check_memory(pending_runs);
