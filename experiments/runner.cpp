@@ -34,6 +34,18 @@ namespace fs = std::filesystem;
 
 namespace {
 
+std::string format_seconds(double s) {
+  std::ostringstream out;
+  if (s < 90) {
+    out << int(s + 0.5) << " s";
+  } else if (s < 5400) {
+    out << int(s / 60 + 0.5) << " min";
+  } else {
+    out << std::fixed << std::setprecision(1) << s / 3600 << " h";
+  }
+  return out.str();
+}
+
 // An flock() on OUT.h5.lock. Merges take it exclusively; part writers take it shared while they create the
 // parts folder and their temporary file, so that a merge never removes the folder under them and its
 // cleanup of abandoned temporary files never sees a file whose writer has not locked it yet. The exclusive
@@ -94,12 +106,6 @@ class FileLock {
   FileLock(const FileLock&) = delete;
   FileLock& operator=(const FileLock&) = delete;
   bool held() const { return fd_ >= 0; }
-
-  static std::string format_seconds(double s) {
-    std::ostringstream out;
-    out << std::fixed << std::setprecision(s < 10 ? 1 : 0) << s << " s";
-    return out.str();
-  }
 
  private:
   void record_holder() {
@@ -259,8 +265,8 @@ void write_build_attributes(h5::File& f, const std::string& root, const std::str
 }
 
 // Runs one configuration and writes its part file.
-void execute_run(const RunSpec& run, PreparedWorkload& pw, const RunnerOptions& options,
-                 const fs::path& parts, std::ostream& progress) {
+void execute_run(const RunSpec& run, PreparedWorkload& pw, const RunnerOptions& runner, const fs::path& parts,
+                 std::ostream& progress) {
   // A normalised copy only where asked for: long workloads are large.
   std::optional<Inputs<double>> normalized;
   if (run.get_bool("run.normalize_qk")) {
@@ -336,7 +342,7 @@ void execute_run(const RunSpec& run, PreparedWorkload& pw, const RunnerOptions& 
   const Retention ret = retention(res.event_mask, res.budget);
   const Cost cost = cost_of(shape, chunk, res.flops, res.dense_flops, res.sequential_flops, res.event_mask);
 
-  write_part(options.out, parts, part_of_run(parts, run.id), options, progress, [&](h5::File& f) {
+  write_part(runner.out, parts, part_of_run(parts, run.id), runner, progress, [&](h5::File& f) {
     const std::string root = "/runs/" + run.id;
     f.create_group(root);
     std::vector<std::string> written = {"events/mask", "events/score", "events/budget", "metrics"};
@@ -565,18 +571,6 @@ void check_out_is_not_an_input(const std::vector<RunSpec>& runs, const std::stri
     require(!fs::equivalent(input, out, ignored), "--out '", out, "' is the input file of workload.path = '",
             input, "': write the results to another file");
   }
-}
-
-std::string format_seconds(double s) {
-  std::ostringstream out;
-  if (s < 90) {
-    out << int(s + 0.5) << " s";
-  } else if (s < 5400) {
-    out << int(s / 60 + 0.5) << " min";
-  } else {
-    out << std::fixed << std::setprecision(1) << s / 3600 << " h";
-  }
-  return out.str();
 }
 
 }  // namespace
