@@ -122,7 +122,7 @@ class FileLock {
     const ssize_t n = ::pread(fd_, text, sizeof text - 1, 0);
     std::string who = n > 0 ? std::string(text, size_t(n)) : "";
     while (!who.empty() && (who.back() == '\n' || who.back() == '\r')) who.pop_back();
-    return who.empty() ? "another sgdn process writing a run" : who + " (merging)";
+    return who.empty() ? "another process" : who + " (merging)";
   }
   void release_descriptor() {
     if (fd_ >= 0) ::close(fd_);
