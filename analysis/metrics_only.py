@@ -23,11 +23,18 @@ def main():
     parser.add_argument("source")
     parser.add_argument("target")
     args = parser.parse_args()
+    # The copy replaces the target: never let the target be the source, under any name (a symbolic or a hard
+    # link, another path to it).
+    if os.path.exists(args.target) and os.path.exists(args.source) and os.path.samefile(args.source, args.target):
+        sys.exit(f"metrics_only.py: '{args.target}' is the source file '{args.source}'; "
+                 "write the metrics-only copy to another file")
+    if os.path.realpath(args.target) == os.path.realpath(args.source):
+        sys.exit(f"metrics_only.py: '{args.target}' names the source file; write the copy to another file")
     try:
         src = h5py.File(args.source, "r")
     except OSError as e:
         sys.exit(f"metrics_only.py: cannot read '{args.source}' as HDF5: {e}")
-    tmp = args.target + ".tmp"
+    tmp = args.target + f".tmp-{os.getpid()}"
     try:
         copy(src, tmp)
     except BaseException:

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <functional>
 #include <iomanip>
 #include <ostream>
 #include <set>
@@ -11,6 +12,7 @@
 #include "core/error.h"
 #include "core/hdf5_file.h"
 #include "core/params.h"
+#include "data/file_workload.h"
 
 namespace sgdn {
 
@@ -64,6 +66,60 @@ double metric(const RunRecord& r, const std::string& key) {
   return it->second == "nan" ? std::nan("") : parse_double(key, it->second);
 }
 
+// Keys a row of the tables averages over: the workload's (rows are means over workloads) and those that do
+// not change what a run computes. A run's other attributes (workload, backend, label, written) have no '.'.
+bool averaged_over(const std::string& key) {
+  return key.find('.') == std::string::npos || key.compare(0, 9, "workload.") == 0 ||
+         key.compare(0, 5, "dump.") == 0 || key == "run.timing_repeats";
+}
+
+// The keys in which runs that share a row (solver, selector, budget, G) differ otherwise, for example
+// run.chunk: the rows show them, so that such runs are never averaged together.
+std::vector<std::string> keys_differing_within_rows(const std::vector<RunRecord>& runs,
+                                                    const std::vector<std::vector<std::string>>& rows) {
+  std::map<std::vector<std::string>, const RunRecord*> first;
+  std::set<std::string> differing;
+  for (size_t i = 0; i < runs.size(); ++i) {
+    const auto [it, inserted] = first.emplace(rows[i], &runs[i]);
+    if (inserted) continue;
+    for (const RunRecord* a : {&runs[i], it->second})
+      for (const auto& entry : a->config)
+        if (!averaged_over(entry.first) &&
+            value_or(runs[i].config, entry.first, "-") != value_or(it->second->config, entry.first, "-"))
+          differing.insert(entry.first);
+  }
+  return {differing.begin(), differing.end()};
+}
+
+std::string keys_text(const RunRecord& r, const std::vector<std::string>& keys) {
+  std::string text;
+  for (const std::string& key : keys) text += " " + key + "=" + value_or(r.config, key, "-");
+  return text;
+}
+
+// Metrics every run of its configuration writes (SPEC §10): a run without one is reported, not hidden.
+std::vector<std::string> expected_metrics(const RunRecord& r) {
+  std::vector<std::string> keys = {"retention", "flops_ratio", "state_bytes", "dense_state_bytes"};
+  if (value_or(r.config, "run.reference", "true") == "true") keys.push_back("output_error");
+  if (value_or(r.config, "workload.kind", "") == "needle") keys.push_back("needle_accuracy");
+  return keys;
+}
+
+// A mean over the runs that have the metric; "-" when none has it, "(k of n)" when only some have it.
+struct Mean {
+  double sum = 0;
+  int n = 0;
+  void add(double x) {
+    if (std::isnan(x)) return;
+    sum += x;
+    ++n;
+  }
+  std::string text(int runs, const std::function<std::string(double)>& format) const {
+    if (n == 0) return "-";
+    return format(sum / n) + (n < runs ? " (" + std::to_string(n) + " of " + std::to_string(runs) + ")" : "");
+  }
+};
+
 std::vector<double> read_vector(const h5::File& f, const std::string& path) {
   if (!f.is_dataset(path)) return {};
   const Tensor<double> t = f.read<double>(path);
@@ -74,6 +130,7 @@ std::vector<double> read_vector(const h5::File& f, const std::string& path) {
 
 std::vector<RunRecord> read_runs(const std::string& path) {
   const h5::File f = h5::File::open(path);
+  require_experiment_schema(f);
   std::vector<RunRecord> runs;
   if (!f.is_group("/runs")) return runs;
   for (const std::string& id : f.children("/runs")) {
@@ -111,48 +168,76 @@ void print_table(std::ostream& out, const std::vector<std::string>& header,
   for (const auto& row : rows) line(row);
 }
 
-void print_analysis(std::ostream& out, const std::vector<RunRecord>& runs) {
-  if (runs.empty()) {
+std::vector<RunRecord> unique_runs(const std::vector<RunRecord>& runs, std::ostream& warnings) {
+  std::vector<RunRecord> unique;
+  std::set<std::string> seen;
+  for (const RunRecord& r : runs)
+    if (seen.insert(r.id).second) unique.push_back(r);
+  if (unique.size() < runs.size())
+    warnings << "sgdn analyze: " << runs.size() - unique.size()
+             << " runs appear in more than one file (the same run id); each run is counted once\n";
+  return unique;
+}
+
+void print_analysis(std::ostream& out, const std::vector<RunRecord>& all_runs, std::ostream& warnings) {
+  if (all_runs.empty()) {
     out << "no runs\n";
     return;
   }
-  // Error, retention, needle accuracy and cost per (solver, selector, rho, G), over workloads.
+  const std::vector<RunRecord> runs = unique_runs(all_runs, warnings);
+  std::map<std::string, std::vector<std::string>> missing;  // metric -> runs without it
+  for (const RunRecord& r : runs)
+    for (const std::string& key : expected_metrics(r))
+      if (!r.metrics.count(key)) missing[key].push_back(r.id);
+  for (const auto& [key, ids] : missing) {
+    warnings << "sgdn analyze: warning: " << ids.size() << " of " << runs.size() << " runs lack metrics/"
+             << key << " ("
+             << join(std::vector<std::string>(ids.begin(), ids.begin() + std::min<size_t>(ids.size(), 5)),
+                     ", ")
+             << (ids.size() > 5 ? ", ..." : "") << "); their rows show the mean over the runs that have it\n";
+  }
+  // Error, retention, needle accuracy and cost per (solver, selector, rho, G), over workloads; runs that
+  // differ in other keys get rows of their own, labelled with those keys.
+  std::vector<std::vector<std::string>> row_of;
+  for (const RunRecord& r : runs)
+    row_of.push_back(
+        {solver_label(r), selector_label(r), budget_label(r), value_or(r.config, "run.group", "?")});
+  const std::vector<std::string> hidden = keys_differing_within_rows(runs, row_of);
+  auto solver_cell = [&](const RunRecord& r) { return solver_label(r) + keys_text(r, hidden); };
   struct Agg {
-    int n = 0, needle_n = 0, err_n = 0, flops_n = 0;
-    double err = 0, err_max = 0, ret = 0, needle = 0, flops = 0, state = 0, state_dense = 0;
+    int n = 0;
+    Mean err, ret, needle, flops, state, state_dense;
+    double err_max = 0;
   };
   std::map<std::vector<std::string>, Agg> groups;
   for (const RunRecord& r : runs) {
-    const std::vector<std::string> key = {solver_label(r), selector_label(r), budget_label(r),
+    const std::vector<std::string> key = {solver_cell(r), selector_label(r), budget_label(r),
                                           value_or(r.config, "run.group", "?")};
     Agg& a = groups[key];
     ++a.n;
-    const double e = metric(r, "output_error");
-    if (!std::isnan(e)) {  // absent without the exact reference
-      a.err += e;
-      a.err_max = std::max(a.err_max, e);
-      ++a.err_n;
-    }
-    a.ret += metric(r, "retention");
-    if (const double f = metric(r, "flops_ratio"); !std::isnan(f)) {  // NaN or absent: not counted
-      a.flops += f;
-      ++a.flops_n;
-    }
-    a.state += metric(r, "state_bytes");
-    a.state_dense += metric(r, "dense_state_bytes");
-    const double needle = metric(r, "needle_accuracy");
-    if (!std::isnan(needle)) {
-      a.needle += needle;
-      ++a.needle_n;
-    }
+    const double e = metric(r, "output_error");  // absent without the exact reference
+    a.err.add(e);
+    if (!std::isnan(e)) a.err_max = std::max(a.err_max, e);
+    a.ret.add(metric(r, "retention"));
+    a.flops.add(metric(r, "flops_ratio"));  // NaN (nothing counted) or absent: not counted
+    a.state.add(metric(r, "state_bytes"));
+    a.state_dense.add(metric(r, "dense_state_bytes"));
+    a.needle.add(metric(r, "needle_accuracy"));
   }
+  auto percent = [](double x) { return fixed(100 * x, 1) + "%"; };
+  auto two = [](double x) { return fixed(x, 2); };
   std::vector<std::vector<std::string>> rows;
   for (const auto& [key, a] : groups) {
-    rows.push_back({key[0], key[1], key[2], key[3], std::to_string(a.n), a.err_n ? sci(a.err / a.err_n) : "-",
-                    a.err_n ? sci(a.err_max) : "-", fixed(100 * a.ret / a.n, 1) + "%",
-                    a.needle_n ? fixed(100 * a.needle / a.needle_n, 1) + "%" : "-",
-                    a.flops_n ? fixed(a.flops / a.flops_n, 2) : "-",
-                    fixed(a.state_dense > 0 ? a.state / a.state_dense : 0, 2)});
+    const bool states_known = a.state.n > 0 && a.state_dense.n > 0 && a.state_dense.sum > 0;
+    const int states_n = std::min(a.state.n, a.state_dense.n);
+    rows.push_back({key[0], key[1], key[2], key[3], std::to_string(a.n), a.err.text(a.n, sci),
+                    a.err.n ? sci(a.err_max) : "-", a.ret.text(a.n, percent), a.needle.text(a.n, percent),
+                    a.flops.text(a.n, two),
+                    states_known ? two(a.state.sum / a.state_dense.sum) +
+                                       (states_n < a.n ? " (" + std::to_string(states_n) + " of " +
+                                                             std::to_string(a.n) + ")"
+                                                       : "")
+                                 : "-"});
   }
   out << "\nError, retention and cost per configuration (mean over workloads)\n\n";
   print_table(out,
@@ -168,8 +253,8 @@ void print_analysis(std::ostream& out, const std::vector<RunRecord>& runs) {
     if (std::isnan(acc)) continue;
     const int64_t T = parse_int("workload.tokens", value_or(r.config, "workload.tokens", "0"));
     lengths.insert(T);
-    auto& cell = needle[{selector_label(r), budget_label(r), value_or(r.config, "run.group", "?"),
-                         solver_label(r)}][T];
+    auto& cell =
+        needle[{selector_label(r), budget_label(r), value_or(r.config, "run.group", "?"), solver_cell(r)}][T];
     cell.first += acc;
     cell.second += 1;
   }
@@ -196,7 +281,7 @@ void print_analysis(std::ostream& out, const std::vector<RunRecord>& runs) {
     if (value_or(r.config, "selector.name", "") == "dense" || r.retention_per_unit.empty()) continue;
     // Runs with another number of head groups, another G or solver are rows of their own.
     auto& b = budgets[{selector_label(r), budget_label(r), value_or(r.config, "workload.kind", "?"),
-                       value_or(r.config, "run.group", "?"), solver_label(r),
+                       value_or(r.config, "run.group", "?"), solver_cell(r),
                        std::to_string(r.retention_per_unit.size())}];
     if (b.first.empty()) b.first.assign(r.retention_per_unit.size(), 0.0);
     for (size_t u = 0; u < r.retention_per_unit.size(); ++u) b.first[u] += r.retention_per_unit[u];

@@ -17,13 +17,19 @@ struct RunRecord {
   std::vector<double> needle_depths, needle_accuracy_by_depth;
 };
 
+// The runs of an experiment file; a file without schema_version 1 is refused.
 std::vector<RunRecord> read_runs(const std::string& path);
 
 // A markdown table: header, then rows; columns padded to their widest cell.
 void print_table(std::ostream& out, const std::vector<std::string>& header,
                  const std::vector<std::vector<std::string>>& rows);
 
-// The tables of `sgdn analyze` for the runs of one or more files.
-void print_analysis(std::ostream& out, const std::vector<RunRecord>& runs);
+// The runs without repeats: a run id met again (a shard file given with its merge) counts once, which
+// `warnings` says.
+std::vector<RunRecord> unique_runs(const std::vector<RunRecord>& runs, std::ostream& warnings);
+
+// The tables of `sgdn analyze` for the runs of one or more files (each run id counted once). Runs lacking a
+// metric their configuration writes are named on `warnings`; a cell averaged over only some runs says so.
+void print_analysis(std::ostream& out, const std::vector<RunRecord>& runs, std::ostream& warnings);
 
 }  // namespace sgdn

@@ -5,6 +5,7 @@
 #include <fcntl.h>
 #include <hdf5.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -29,6 +30,11 @@ namespace {
 // message (the most specific one, e.g. "file signature not found") to append to our own.
 
 void silence_hdf5_errors() {
+  // HDF5's own teardown at exit flushes every file still open in the library, among them one whose close
+  // failed (a full disk), and crashes on its broken cache. Every File is closed explicitly, so the teardown
+  // has nothing to do: skip it. This must precede the library's initialisation, hence the first entry.
+  static const bool no_teardown = H5dont_atexit() >= 0;
+  (void)no_teardown;
   // The automatic printing is per thread in thread-safe builds, so set it on every entry, not once.
   H5Eset_auto2(H5E_DEFAULT, nullptr, nullptr);
 }
@@ -39,10 +45,17 @@ herr_t keep_innermost(unsigned depth, const H5E_error2_t* entry, void* client_da
 }
 
 // " (HDF5: <innermost message>)" for the current error stack, then clears it; "" when the stack is empty.
+// A failed system call is told by its reason alone (": No space left on device"): HDF5's message for it is
+// a line of buffer addresses and offsets.
 std::string hdf5_detail() {
   std::string innermost;
   H5Ewalk2(H5E_DEFAULT, H5E_WALK_UPWARD, keep_innermost, &innermost);
   H5Eclear2(H5E_DEFAULT);
+  const size_t errno_at = innermost.find("errno = ");
+  if (errno_at != std::string::npos) {
+    const int system_error = std::atoi(innermost.c_str() + errno_at + 8);
+    if (system_error > 0) return std::string(": ") + std::strerror(system_error);
+  }
   return innermost.empty() ? std::string() : " (HDF5: " + innermost + ")";
 }
 
@@ -427,7 +440,7 @@ void File::close() {
   if (file_id_ < 0) return;
   const hid_t file_id = file_id_;
   file_id_ = -1;
-  check(H5Fclose(file_id), "cannot close ", quoted(path_));
+  check(H5Fclose(file_id), writable_ ? "cannot finish writing " : "cannot close ", quoted(path_));
 }
 
 void File::require_writable(const char* action) const {
@@ -753,57 +766,162 @@ void File::copy_from(const File& source, const std::string& source_path, const s
 // -----------------------------------------------------------------------------------------------------------
 // Atomic writes
 
-AtomicFile::AtomicFile(std::string path, bool start_from_existing) : path_(std::move(path)) {
+namespace {
+
+// An open-file-description lock on the whole file (Linux): held by one AtomicFile per temporary file, so that
+// a cleaner can tell a temporary file being written from one a killed process left. It is not released when
+// HDF5 closes its own descriptor of the file, and does not interact with HDF5's flock() file locking.
+bool lock_whole_file(int fd) {
+  struct flock lock {};
+  lock.l_type = F_WRLCK;
+  lock.l_whence = SEEK_SET;
+  return ::fcntl(fd, F_OFD_SETLK, &lock) == 0;
+}
+
+// Appends the content of `source` to the open `target_fd`; errors name both files and the system's reason
+// ("No space left on device").
+void copy_into(const std::string& source, int target_fd, const std::string& target) {
+  const int in = ::open(source.c_str(), O_RDONLY | O_CLOEXEC);
+  if (in < 0) fail("cannot read ", quoted(source), ": ", std::strerror(errno));
+  std::vector<char> buffer(size_t(1) << 20);
+  for (;;) {
+    const ssize_t got = ::read(in, buffer.data(), buffer.size());
+    if (got < 0 && errno == EINTR) continue;
+    if (got < 0) {
+      const int error = errno;
+      ::close(in);
+      fail("cannot read ", quoted(source), ": ", std::strerror(error));
+    }
+    if (got == 0) break;
+    for (ssize_t done = 0; done < got;) {
+      const ssize_t put = ::write(target_fd, buffer.data() + done, size_t(got - done));
+      if (put < 0 && errno == EINTR) continue;
+      if (put < 0) {
+        const int error = errno;
+        ::close(in);
+        fail("cannot copy ", quoted(source), " to ", quoted(target), ": ", std::strerror(error));
+      }
+      done += put;
+    }
+  }
+  ::close(in);
+}
+
+}  // namespace
+
+// Reserves `bytes` of disk for the file without changing its size, so that a full disk is found here and
+// not in the middle of HDF5's writes: HDF5 1.10's object copy crashes when a write fails under it.
+void reserve_disk(int fd, uint64_t bytes, const std::string& path) {
+  if (bytes == 0) return;
+  if (::fallocate(fd, FALLOC_FL_KEEP_SIZE, 0, off_t(bytes)) == 0) return;
+  const int error = errno;
+  if (error == ENOSPC)
+    fail("no space left on device for ", quoted(path), ": it needs about ", (bytes + (1u << 20) - 1) >> 20,
+         " MiB; free some space or write to another file");
+  // A file system without fallocate: fall back on asking for the free space.
+  struct statvfs disk {};
+  if (::fstatvfs(fd, &disk) == 0 && uint64_t(disk.f_bavail) * disk.f_frsize < bytes)
+    fail("no space left on device for ", quoted(path), ": it needs about ", (bytes + (1u << 20) - 1) >> 20,
+         " MiB and ", (uint64_t(disk.f_bavail) * disk.f_frsize) >> 20, " MiB are free");
+}
+
+// Gives back the reserved blocks that the file did not use (those beyond its end): only a change of size
+// releases them.
+void release_unused_reservation(int fd) {
+  struct stat info {};
+  if (::fstat(fd, &info) != 0) return;
+  if (::ftruncate(fd, info.st_size + 1) == 0 && ::ftruncate(fd, info.st_size) != 0) {
+    // The size is restored below or the rename fails: nothing more to do here.
+  }
+}
+
+AtomicFile::AtomicFile(std::string path, bool start_from_existing, uint64_t reserve_bytes)
+    : path_(std::move(path)) {
   // A unique name in the target's directory: rename() is atomic only within one file system, and two
   // processes writing the same target must not share a temporary file.
   std::string name_template = path_ + ".tmp-XXXXXX";
-  const int fd = ::mkstemp(name_template.data());
+  const int fd = ::mkostemp(name_template.data(), O_CLOEXEC);
   if (fd < 0) fail("cannot create a temporary file next to ", quoted(path_), ": ", std::strerror(errno));
-  // mkstemp makes the file private (0600); give it the permissions a plain create would, so that the
-  // renamed result is readable by the group as any other output file.
-  const mode_t umask_bits = ::umask(0);
-  ::umask(umask_bits);
-  ::fchmod(fd, 0666 & ~umask_bits);
-  ::close(fd);
   temp_path_ = name_template;
+  lock_fd_ = fd;
+  reserve_bytes_ = reserve_bytes;
   try {
+    require(lock_whole_file(fd), "cannot lock ", quoted(temp_path_), ": ", std::strerror(errno));
+    // mkstemp makes the file private (0600); give it the permissions a plain create would, so that the
+    // renamed result is readable by the group as any other output file.
+    const mode_t umask_bits = ::umask(0);
+    ::umask(umask_bits);
+    ::fchmod(fd, 0666 & ~umask_bits);
     std::error_code ignored;
     if (start_from_existing && std::filesystem::exists(path_, ignored)) {
-      std::filesystem::copy_file(path_, temp_path_, std::filesystem::copy_options::overwrite_existing);
+      reserve_disk(fd, reserve_bytes, path_);
+      copy_into(path_, fd, temp_path_);
       file_ = File::open(temp_path_, Mode::read_write);
     } else {
       file_ = File::create(temp_path_);
+      reserve_disk(fd, reserve_bytes, path_);
     }
   } catch (...) {
-    std::remove(temp_path_.c_str());
+    discard();
     throw;
   }
 }
 
-AtomicFile::~AtomicFile() {
-  if (committed_) return;
+void AtomicFile::discard() {
   try {
     file_.close();
   } catch (...) {
     // The temporary file is discarded anyway.
   }
   std::remove(temp_path_.c_str());
+  if (lock_fd_ >= 0) ::close(lock_fd_);
+  lock_fd_ = -1;
+}
+
+AtomicFile::~AtomicFile() {
+  if (!committed_) discard();
 }
 
 void AtomicFile::commit() {
   require(!committed_, "AtomicFile: ", quoted(path_), " is already committed");
-  file_.close();
-  // Sync before the rename, so that after a crash the name points at complete data, never at a file whose
-  // blocks were not written yet.
-  const int fd = ::open(temp_path_.c_str(), O_RDONLY);
-  if (fd >= 0) {
-    ::fsync(fd);
-    ::close(fd);
-  }
-  if (std::rename(temp_path_.c_str(), path_.c_str()) != 0) {
-    fail("cannot rename ", quoted(temp_path_), " to ", quoted(path_), ": ", std::strerror(errno));
+  try {
+    file_.close();
+    if (reserve_bytes_ > 0) release_unused_reservation(lock_fd_);
+    // Sync before the rename, so that after a crash the name points at complete data, never at a file
+    // whose blocks were not written yet.
+    if (::fsync(lock_fd_) != 0) fail("cannot write ", quoted(temp_path_), " to disk: ", std::strerror(errno));
+    if (std::rename(temp_path_.c_str(), path_.c_str()) != 0)
+      fail("cannot rename ", quoted(temp_path_), " to ", quoted(path_), ": ", std::strerror(errno));
+  } catch (...) {
+    discard();
+    throw;
   }
   committed_ = true;
+  ::close(lock_fd_);
+  lock_fd_ = -1;
+}
+
+std::vector<std::string> remove_abandoned_temporaries(const std::string& directory,
+                                                      const std::string& name_prefix) {
+  std::vector<std::string> removed;
+  std::error_code error;
+  std::filesystem::directory_iterator entries(directory.empty() ? "." : directory, error);
+  if (error) return removed;
+  static const std::string kMark = ".tmp-";
+  for (const auto& entry : entries) {
+    const std::string name = entry.path().filename().string();
+    const size_t mark = name.rfind(kMark);
+    // AtomicFile's names: <target>.tmp-XXXXXX (mkstemp's six characters).
+    if (mark == std::string::npos || mark + kMark.size() + 6 != name.size() ||
+        name.compare(0, name_prefix.size(), name_prefix) != 0 || mark + kMark.size() < name_prefix.size())
+      continue;
+    const int fd = ::open(entry.path().c_str(), O_RDWR | O_CLOEXEC | O_NOFOLLOW);
+    if (fd < 0) continue;
+    if (entry.is_regular_file(error) && lock_whole_file(fd) && ::unlink(entry.path().c_str()) == 0)
+      removed.push_back(entry.path().string());
+    ::close(fd);
+  }
+  return removed;
 }
 
 void write_atomically(const std::string& path, const std::function<void(File&)>& fill) {

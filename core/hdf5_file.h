@@ -129,14 +129,18 @@ class File {
   bool writable_ = false;
 };
 
-// Writes a file under a temporary name in the target's directory and renames it over `path` only on
-// commit(), so a reader never sees a half-written file. Destroyed without commit() (an exception, a
-// crash), it removes the temporary file and leaves `path` untouched.
+// Writes a file under a temporary name in the target's directory (`path`.tmp-XXXXXX) and renames it over
+// `path` only on commit(), so a reader never sees a half-written file. Destroyed without commit() (an
+// exception), or when commit() fails, it removes the temporary file and leaves `path` untouched. While it
+// lives it holds a lock on the temporary file, so that remove_abandoned_temporaries() can tell the file of
+// a killed process from one being written.
 class AtomicFile {
  public:
   // start_from_existing: begin from a copy of the current file at `path` (if any) instead of an empty one,
-  // to add objects to an existing file atomically.
-  explicit AtomicFile(std::string path, bool start_from_existing = false);
+  // to add objects to an existing file atomically. reserve_bytes: disk space to reserve for the whole file
+  // before anything is written, so that a full disk is an error here ("no space left on device" naming the
+  // file) rather than a failure inside HDF5; what the file does not use is given back on commit.
+  explicit AtomicFile(std::string path, bool start_from_existing = false, uint64_t reserve_bytes = 0);
   ~AtomicFile();
   AtomicFile(const AtomicFile&) = delete;
   AtomicFile& operator=(const AtomicFile&) = delete;
@@ -147,11 +151,21 @@ class AtomicFile {
   void commit();
 
  private:
+  void discard();
+
   std::string path_;
   std::string temp_path_;
   File file_;
+  int lock_fd_ = -1;  // the temporary file, open and locked until commit or discard
+  uint64_t reserve_bytes_ = 0;
   bool committed_ = false;
 };
+
+// Removes the temporary files of AtomicFiles that no process holds any more (their writer was killed):
+// files in `directory` named <name>.tmp-XXXXXX whose name starts with `name_prefix`. Returns their paths.
+// A caller must make sure no AtomicFile is being created there meanwhile (between mkstemp and its lock).
+std::vector<std::string> remove_abandoned_temporaries(const std::string& directory,
+                                                      const std::string& name_prefix = "");
 
 // AtomicFile in one call: `fill` writes the content; `path` appears only if it returns normally.
 void write_atomically(const std::string& path, const std::function<void(File&)>& fill);

@@ -76,6 +76,14 @@ void check_schema_version(const h5::File& file) {
           "; this program reads schema version ", kSchemaVersion);
 }
 
+void require_experiment_schema(const h5::File& file) {
+  require(file.has_attr("/", "schema_version"), "'", file.path(),
+          "' has no schema_version attribute: it is not an experiment file written by sgdn run (schema "
+          "version ",
+          kSchemaVersion, ")");
+  check_schema_version(file);
+}
+
 std::vector<std::string> list_workloads(const h5::File& file) {
   check_schema_version(file);
   require(file.is_group(kWorkloadsGroup), "'", file.path(), "' has no ", kWorkloadsGroup,

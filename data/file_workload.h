@@ -31,6 +31,8 @@ struct FileWorkload {
 void write_schema_attributes(h5::File& file);
 // Refuses a file whose root `schema_version` is present and not 1 (files written by other tools may omit it).
 void check_schema_version(const h5::File& file);
+// Refuses an experiment file (written by sgdn run) whose `schema_version` is missing or not 1.
+void require_experiment_schema(const h5::File& file);
 
 // The workload ids under /workloads, sorted; an error if the file has no /workloads group.
 std::vector<std::string> list_workloads(const h5::File& file);

@@ -53,12 +53,25 @@ void check_known_key(const std::string& key, const char* where) {
        "]: ", join(keys_of_section(section), ", "));
 }
 
-void set_override(Settings& settings, const std::string& assignment) {
+// "section.key=value" sets a key; "sweep.section.key=a, b" sets the values a sweep takes (replacing the
+// file's list). The command line wins over the file: a plain key also ends the file's sweep of it.
+void set_override(Settings& settings, std::map<std::string, std::vector<std::string>>& sweep,
+                  const std::string& assignment) {
   const size_t eq = assignment.find('=');
   require(eq != std::string::npos, "--set expects section.key=value, got '", assignment, "'");
   const std::string key = trim(assignment.substr(0, eq));
+  const std::string value = trim(assignment.substr(eq + 1));
+  if (key.compare(0, 6, "sweep.") == 0) {
+    const std::string swept = key.substr(6);
+    check_known_key(swept, " (from --set sweep.*)");
+    const std::vector<std::string> values = split_list(value);
+    require(!values.empty(), "--set ", key, " lists no values (expected ", key, "=a, b, ...)");
+    sweep[swept] = values;
+    return;
+  }
   check_known_key(key, " (from --set)");
-  settings[key] = trim(assignment.substr(eq + 1));
+  settings[key] = value;
+  sweep.erase(key);
 }
 
 // Numbers in their shortest exact form and booleans as true/false; anything else as written.
@@ -181,6 +194,30 @@ std::string RunSpec::label() const {
   if (resolved.count("workload.tokens")) out << " T=" << get("workload.tokens");
   if (resolved.count("workload.id") && !get("workload.id").empty()) out << " " << get("workload.id");
   return out.str();
+}
+
+std::vector<std::string> distinct_labels(const std::vector<RunSpec>& runs) {
+  std::map<std::string, std::vector<size_t>> by_label;
+  for (size_t i = 0; i < runs.size(); ++i) by_label[runs[i].label()].push_back(i);
+  std::vector<std::string> labels(runs.size());
+  for (const auto& [label, members] : by_label) {
+    // The keys in which runs of one label differ (a key a run lacks counts as a difference).
+    auto value_of = [&](size_t i, const std::string& key) {
+      auto it = runs[i].resolved.find(key);
+      return it == runs[i].resolved.end() ? std::string("-") : it->second;
+    };
+    std::set<std::string> differing;
+    for (size_t i : members)
+      for (size_t keys_of : {i, members.front()})
+        for (const auto& entry : runs[keys_of].resolved)
+          if (value_of(i, entry.first) != value_of(members.front(), entry.first))
+            differing.insert(entry.first);
+    for (size_t i : members) {
+      labels[i] = label;
+      for (const std::string& key : differing) labels[i] += " " + key + "=" + value_of(i, key);
+    }
+  }
+  return labels;
 }
 
 RunSpec resolve_run(const Settings& settings) {
@@ -373,11 +410,7 @@ Experiment parse_experiment(const std::string& ini_text, const std::vector<std::
       exp.base[key] = v;
     }
   }
-  for (const std::string& assignment : overrides) {
-    set_override(exp.base, assignment);
-    // The command line wins over the file, sweep lists included.
-    sweep.erase(trim(assignment.substr(0, assignment.find('='))));
-  }
+  for (const std::string& assignment : overrides) set_override(exp.base, sweep, assignment);
   // Workload keys vary slowest, so consecutive runs share a workload (generated and solved exactly once).
   for (const auto& entry : sweep)
     if (entry.first.compare(0, 9, "workload.") == 0) exp.sweep.push_back(entry);
@@ -387,6 +420,10 @@ Experiment parse_experiment(const std::string& ini_text, const std::vector<std::
 }
 
 Experiment load_experiment(const std::string& path, const std::vector<std::string>& overrides) {
+  // A directory opens as an empty stream on Linux, which would run the built-in defaults.
+  std::error_code ignored;
+  require(!std::filesystem::is_directory(path, ignored), "cannot read config file '", path,
+          "': it is a directory, not an INI file");
   std::ifstream file(path);
   require(bool(file), "cannot read config file '", path, "'");
   std::stringstream text;

@@ -54,6 +54,10 @@ Experiment load_experiment(const std::string& path, const std::vector<std::strin
 Experiment parse_experiment(const std::string& ini_text, const std::vector<std::string>& overrides,
                             const std::string& source = "<string>");
 
+// A label per run that tells it from the others: label(), followed where runs share it by the keys in
+// which they differ ("run.chunk=32"). For `sgdn list` and the progress lines.
+std::vector<std::string> distinct_labels(const std::vector<RunSpec>& runs);
+
 // Resolves one point of the sweep: defaults filled in, keys unused by its workload kind and strategies
 // dropped, values validated. Throws sgdn::Error naming the key.
 RunSpec resolve_run(const Settings& settings);

@@ -2,6 +2,7 @@
 
 #include <fcntl.h>
 #include <sys/file.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -12,21 +13,146 @@
 #include <iostream>
 #include <optional>
 #include <set>
+#include <thread>
 
 #include "analysis/metrics.h"
 #include "analysis/tables.h"
+#include "core/build_info.h"
 #include "core/error.h"
 #include "core/hdf5_file.h"
 #include "data/file_workload.h"
 #include "data/workload.h"
 #ifdef SGDN_WITH_CUDA
+#include <cuda_runtime_api.h>
+
 #include "kernels/cuda_backend.h"
 #endif
+#include <omp.h>
 
 namespace sgdn {
 namespace fs = std::filesystem;
 
 namespace {
+
+std::string format_seconds(double s) {
+  std::ostringstream out;
+  if (s < 90) {
+    out << int(s + 0.5) << " s";
+  } else if (s < 5400) {
+    out << int(s / 60 + 0.5) << " min";
+  } else {
+    out << std::fixed << std::setprecision(1) << s / 3600 << " h";
+  }
+  return out.str();
+}
+
+// An flock() on OUT.h5.lock. Merges take it exclusively; part writers take it shared while they create the
+// parts folder and their temporary file, so that a merge never removes the folder under them and its
+// cleanup of abandoned temporary files never sees a file whose writer has not locked it yet. The exclusive
+// holder writes who it is into the file and removes the file when done: a run leaves no lock file behind.
+// Waiting is bounded (`sgdn run --lock-wait`) and said on the progress stream.
+class FileLock {
+ public:
+  enum class Kind { shared, exclusive };
+  // `what`: what the lock guards, for messages. wait_seconds < 0: try once, without a message; whether the
+  // lock was taken is then held().
+  FileLock(const std::string& path, Kind kind, double wait_seconds, const std::string& what,
+           std::ostream& progress)
+      : path_(path), kind_(kind) {
+    const auto start = std::chrono::steady_clock::now();
+    bool told = false;
+    for (;;) {
+      fd_ = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+      require(fd_ >= 0, "cannot open lock file '", path, "': ", std::strerror(errno));
+      if (::flock(fd_, (kind == Kind::exclusive ? LOCK_EX : LOCK_SH) | LOCK_NB) == 0) {
+        // The last holder may have removed the file meanwhile: then lock the file that now has the name.
+        struct stat locked {
+        }, named{};
+        if (::fstat(fd_, &locked) == 0 && ::stat(path.c_str(), &named) == 0 &&
+            locked.st_ino == named.st_ino && locked.st_dev == named.st_dev) {
+          if (kind == Kind::exclusive) record_holder();
+          return;
+        }
+      } else {
+        require(errno == EWOULDBLOCK, "cannot lock '", path, "': ", std::strerror(errno));
+        const double waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+        if (wait_seconds < 0) {
+          release_descriptor();
+          return;
+        }
+        if (!told) {
+          progress << "sgdn run: waiting for " << what << ": '" << path << "' is held by " << holder()
+                   << " (waiting at most " << format_seconds(wait_seconds) << "; --lock-wait SECONDS)\n"
+                   << std::flush;
+          told = true;
+        }
+        if (waited >= wait_seconds) {
+          const std::string by = holder();
+          release_descriptor();
+          fail("gave up waiting for ", what, " after ", format_seconds(waited), ": '", path,
+               "' is still held by ", by,
+               ". Let that process finish and run again, or wait longer with --lock-wait SECONDS");
+        }
+      }
+      release_descriptor();
+      std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    }
+  }
+  ~FileLock() {
+    if (fd_ < 0) return;
+    if (kind_ == Kind::exclusive) ::unlink(path_.c_str());  // while still holding it (see the constructor)
+    release_descriptor();
+  }
+  FileLock(const FileLock&) = delete;
+  FileLock& operator=(const FileLock&) = delete;
+  bool held() const { return fd_ >= 0; }
+
+ private:
+  void record_holder() {
+    char host[256] = "?";
+    ::gethostname(host, sizeof host - 1);
+    const std::string text = "sgdn process " + std::to_string(::getpid()) + " on " + host + "\n";
+    if (::ftruncate(fd_, 0) == 0 && ::pwrite(fd_, text.data(), text.size(), 0) < 0) {
+      // Only a courtesy to whoever waits: the lock itself holds.
+    }
+  }
+  // Who holds the lock, as the exclusive holder recorded it.
+  std::string holder() const {
+    char text[300] = {};
+    const ssize_t n = ::pread(fd_, text, sizeof text - 1, 0);
+    std::string who = n > 0 ? std::string(text, size_t(n)) : "";
+    while (!who.empty() && (who.back() == '\n' || who.back() == '\r')) who.pop_back();
+    return who.empty() ? "another process" : who + " (merging)";
+  }
+  void release_descriptor() {
+    if (fd_ >= 0) ::close(fd_);
+    fd_ = -1;
+  }
+
+  std::string path_;
+  Kind kind_;
+  int fd_ = -1;
+};
+
+std::string lock_path(const std::string& out) {
+  return out + ".lock";
+}
+
+// Writes one part file: the folder and the temporary file are made under the shared lock (see FileLock),
+// the content after it, so that a merge by another shard can run meanwhile.
+void write_part(const std::string& out, const fs::path& parts, const std::string& part,
+                const RunnerOptions& options, std::ostream& progress,
+                const std::function<void(h5::File&)>& fill) {
+  std::optional<h5::AtomicFile> atomic;
+  {
+    const FileLock guard(lock_path(out), FileLock::Kind::shared, options.lock_wait_seconds,
+                         "the merge into '" + out + "' to finish", progress);
+    fs::create_directories(parts);
+    atomic.emplace(part);
+  }
+  fill(atomic->file());
+  atomic->commit();
+}
 
 // A generated workload with its exact outputs, kept while consecutive runs use it.
 struct PreparedWorkload {
@@ -54,8 +180,9 @@ void load_stored_exact(const std::string& path, PreparedWorkload& w) {
     w.exact_o = load_exact_outputs(file, w.wid, w.workload.inputs.shape);
 }
 
-PreparedWorkload& prepare_workload(const RunSpec& run, const std::string& out, const fs::path& parts,
+PreparedWorkload& prepare_workload(const RunSpec& run, const RunnerOptions& options, const fs::path& parts,
                                    std::unique_ptr<PreparedWorkload>& cache, std::ostream& progress) {
+  const std::string& out = options.out;
   if (cache && cache->wid == run.workload_id) return *cache;
   cache.reset();
   auto w = std::make_unique<PreparedWorkload>();
@@ -75,13 +202,15 @@ PreparedWorkload& prepare_workload(const RunSpec& run, const std::string& out, c
     load_stored_exact(out, *w);
   if (reference && w->exact_o.empty()) {
     const auto start = std::chrono::steady_clock::now();
-    w->exact_o = run_exact(w->workload.inputs, 64, false).o;
+    // Rounded to float32 as the file stores it: a resumed or grown run reads the stored copy, and every run
+    // of a workload must measure its error against the same reference.
+    w->exact_o = run_exact(w->workload.inputs, 64, false).o.cast<float>().cast<double>();
     progress << "  workload " << w->wid << " (" << w->workload.inputs.shape.str() << "): exact outputs in "
              << std::fixed << std::setprecision(1)
              << std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() << " s\n";
   }
   if (!part_exists)
-    h5::write_atomically(part, [&](h5::File& f) {
+    write_part(out, parts, part, options, progress, [&](h5::File& f) {
       write_schema_attributes(f);
       write_workload(f, w->wid, w->workload, w->exact_o, run.get_bool("dump.inputs"));
     });
@@ -111,8 +240,33 @@ EngineResult<float> to_float(EngineResult<S>&& r) {
   }
 }
 
+// The build and the machine that made a run: the source revision (and whether the tree was dirty), the
+// compiler, the host, the CPU threads, the GPU of a cuda run.
+void write_build_attributes(h5::File& f, const std::string& root, const std::string& backend) {
+  const BuildInfo& build = this_build();
+  f.set_attr(root, "build_revision", build.revision);
+  f.set_attr(root, "build_dirty", int64_t(build.dirty ? 1 : 0));
+  f.set_attr(root, "build_source", build.source_id);
+  f.set_attr(root, "build_compiler", build.compiler);
+  char host[256] = "unknown";
+  ::gethostname(host, sizeof host - 1);
+  f.set_attr(root, "build_host", std::string(host));
+  f.set_attr(root, "build_threads", int64_t(omp_get_max_threads()));
+#ifdef SGDN_WITH_CUDA
+  if (backend == "cuda") {
+    cudaDeviceProp properties{};
+    int device = 0;
+    if (cudaGetDevice(&device) == cudaSuccess && cudaGetDeviceProperties(&properties, device) == cudaSuccess)
+      f.set_attr(root, "build_gpu", std::string(properties.name));
+  }
+#else
+  (void)backend;
+#endif
+}
+
 // Runs one configuration and writes its part file.
-void execute_run(const RunSpec& run, PreparedWorkload& pw, const std::string& part_path) {
+void execute_run(const RunSpec& run, PreparedWorkload& pw, const RunnerOptions& runner, const fs::path& parts,
+                 std::ostream& progress) {
   // A normalised copy only where asked for: long workloads are large.
   std::optional<Inputs<double>> normalized;
   if (run.get_bool("run.normalize_qk")) {
@@ -188,7 +342,7 @@ void execute_run(const RunSpec& run, PreparedWorkload& pw, const std::string& pa
   const Retention ret = retention(res.event_mask, res.budget);
   const Cost cost = cost_of(shape, chunk, res.flops, res.dense_flops, res.sequential_flops, res.event_mask);
 
-  h5::write_atomically(part_path, [&](h5::File& f) {
+  write_part(runner.out, parts, part_of_run(parts, run.id), runner, progress, [&](h5::File& f) {
     const std::string root = "/runs/" + run.id;
     f.create_group(root);
     std::vector<std::string> written = {"events/mask", "events/score", "events/budget", "metrics"};
@@ -196,6 +350,7 @@ void execute_run(const RunSpec& run, PreparedWorkload& pw, const std::string& pa
     f.set_attr(root, "workload", run.workload_id);
     f.set_attr(root, "backend", backend);
     f.set_attr(root, "label", run.label());
+    write_build_attributes(f, root, backend);
     if (run.get_bool("dump.outputs")) {
       f.write(root + "/outputs/o", res.o);
       written.insert(written.begin(), "outputs/o");
@@ -265,13 +420,19 @@ void execute_run(const RunSpec& run, PreparedWorkload& pw, const std::string& pa
   });
 }
 
-std::set<std::string> runs_in(const std::string& path) {
-  std::set<std::string> ids;
-  if (!fs::exists(path)) return ids;
+// The source id of the build that made a run ("" for runs written before builds were recorded).
+std::string build_source_of(const h5::File& file, const std::string& run_path) {
+  return file.has_attr(run_path, "build_source") ? file.attr_string(run_path, "build_source") : "";
+}
+
+// The runs of a file, each with the source id of the build that made it.
+std::map<std::string, std::string> runs_in(const std::string& path) {
+  std::map<std::string, std::string> runs;
+  if (!fs::exists(path)) return runs;
   const h5::File file = h5::File::open(path);
   if (file.is_group("/runs"))
-    for (const std::string& id : file.children("/runs")) ids.insert(id);
-  return ids;
+    for (const std::string& id : file.children("/runs")) runs[id] = build_source_of(file, "/runs/" + id);
+  return runs;
 }
 
 // Copies what `source` has under `path` and `target` lacks: whole objects, or for a group that exists in
@@ -284,121 +445,228 @@ void copy_missing(h5::File& target, const h5::File& source, const std::string& p
   }
 }
 
-// Holds an exclusive lock on `path` (created if missing) while it lives: shards that were given the same
-// experiment file merge one after the other instead of overwriting each other's merge.
-class FileLock {
- public:
-  explicit FileLock(const std::string& path) : fd_(::open(path.c_str(), O_RDWR | O_CREAT, 0644)) {
-    require(fd_ >= 0, "cannot open lock file '", path, "': ", std::strerror(errno));
-    require(::flock(fd_, LOCK_EX) == 0, "cannot lock '", path, "': ", std::strerror(errno));
-  }
-  ~FileLock() {
-    ::flock(fd_, LOCK_UN);
-    ::close(fd_);
-  }
-  FileLock(const FileLock&) = delete;
-  FileLock& operator=(const FileLock&) = delete;
-
- private:
-  int fd_;
-};
-
-// Adds every finished part to the experiment file (atomically), then removes the parts it merged. Parts
-// still being written (temporary names) and the parts folder of another shard's ongoing runs stay.
-void merge_parts(const std::string& out, const fs::path& parts, bool remove_folder, std::ostream& progress) {
-  const FileLock lock(out + ".lock");
+// Adds every finished part to the experiment file (atomically), then removes the parts it merged. Under the
+// exclusive lock it first removes what killed processes left: temporary files of merges and part writes.
+// Parts still being written (their temporary files are locked) stay, and the folder goes once empty.
+void merge_parts(const RunnerOptions& options, const fs::path& parts, std::ostream& progress) {
+  const std::string& out = options.out;
+  const FileLock lock(lock_path(out), FileLock::Kind::exclusive, options.lock_wait_seconds,
+                      "the lock to merge into '" + out + "'", progress);
+  const fs::path out_path(out);
+  std::vector<std::string> removed = h5::remove_abandoned_temporaries(out_path.parent_path().string(),
+                                                                      out_path.filename().string() + ".tmp-");
+  const std::vector<std::string> in_parts = h5::remove_abandoned_temporaries(parts.string());
+  removed.insert(removed.end(), in_parts.begin(), in_parts.end());
+  for (const std::string& path : removed)
+    progress << "sgdn run: removed '" << path << "', left by an interrupted run\n";
   std::vector<fs::path> files;
-  for (const auto& entry : fs::directory_iterator(parts))
-    if (entry.path().extension() == ".h5") files.push_back(entry.path());
+  std::error_code missing;  // another process running the same command merged and removed the folder
+  for (fs::directory_iterator it(parts, missing), end; !missing && it != end; it.increment(missing))
+    if (it->path().extension() == ".h5") files.push_back(it->path());
   std::sort(files.begin(), files.end());
-  const bool existing = fs::exists(out);
-  h5::AtomicFile target(out, /*start_from_existing=*/existing);
-  h5::File& f = target.file();
-  if (!existing) write_schema_attributes(f);
-  for (const fs::path& part : files) {
-    const h5::File source = h5::File::open(part.string());
-    for (const char* top : {"/workloads", "/runs"}) {
-      if (!source.is_group(top)) continue;
-      for (const std::string& id : source.children(top)) copy_missing(f, source, std::string(top) + "/" + id);
+  if (!files.empty()) {
+    const bool existing = fs::exists(out);
+    // The merged file holds at most the current one and every part, plus HDF5's bookkeeping.
+    uint64_t need = existing ? uint64_t(fs::file_size(out)) : 0;
+    for (const fs::path& part : files) need += uint64_t(fs::file_size(part));
+    need += need / 10 + (uint64_t(1) << 20);
+    h5::AtomicFile target(out, /*start_from_existing=*/existing, need);
+    h5::File& f = target.file();
+    if (!existing) write_schema_attributes(f);
+    for (const fs::path& part : files) {
+      const h5::File source = h5::File::open(part.string());
+      for (const char* top : {"/workloads", "/runs"}) {
+        if (!source.is_group(top)) continue;
+        for (const std::string& id : source.children(top)) {
+          const std::string path = std::string(top) + "/" + id;
+          // A run made again by another build replaces the file's (its space is reused by h5repack only).
+          if (top == std::string("/runs") && f.exists(path) &&
+              build_source_of(f, path) != build_source_of(source, path))
+            f.remove(path);
+          copy_missing(f, source, path);
+        }
+      }
     }
-  }
-  if (f.is_group("/runs")) {
-    for (const std::string& rid : f.children("/runs")) {
-      const std::string wid = f.attr_string("/runs/" + rid, "workload");
-      if (!f.is_group("/workloads/" + wid))
-        progress << "sgdn run: warning: run " << rid << " names workload " << wid
-                 << ", which the file lacks\n";
+    if (f.is_group("/runs")) {
+      for (const std::string& rid : f.children("/runs")) {
+        const std::string wid = f.attr_string("/runs/" + rid, "workload");
+        if (!f.is_group("/workloads/" + wid))
+          progress << "sgdn run: warning: run " << rid << " names workload " << wid
+                   << ", which the file lacks\n";
+      }
     }
+    target.commit();
+    for (const fs::path& part : files) fs::remove(part);
   }
-  target.commit();
-  for (const fs::path& part : files) fs::remove(part);
-  // The folder goes only when no other shard can be writing into it.
+  // Only an empty folder goes: another shard's runs may still be writing into it.
   std::error_code not_empty;
-  if (remove_folder) fs::remove(parts, not_empty);
+  fs::remove(parts, not_empty);
 }
 
-std::string format_seconds(double s) {
-  std::ostringstream out;
-  if (s < 90) {
-    out << int(s + 0.5) << " s";
-  } else if (s < 5400) {
-    out << int(s / 60 + 0.5) << " min";
-  } else {
-    out << std::fixed << std::setprecision(1) << s / 3600 << " h";
+// After a failure: the parts folder if this call made it and nothing is in it, without waiting for a lock
+// another process holds.
+void remove_empty_parts_folder(const std::string& out, const fs::path& parts) {
+  try {
+    std::ostringstream quiet;
+    const FileLock lock(lock_path(out), FileLock::Kind::exclusive, -1, "", quiet);
+    std::error_code not_empty;
+    if (lock.held()) fs::remove(parts, not_empty);
+  } catch (const Error&) {
+    // A lock file that cannot be made: nothing to clean either.
   }
-  return out.str();
+}
+
+// Refuses an experiment file of another schema version, or a file sgdn did not write, before any work.
+void check_output_file(const std::string& out) {
+  std::error_code ignored;
+  if (!fs::exists(out, ignored)) return;
+  const h5::File file = h5::File::open(out);
+  require_experiment_schema(file);
+}
+
+// What a run holds in memory at once, roughly: the inputs (float64, and a float32 copy), the exact outputs
+// and the run's outputs, the exact states per chunk, the state snapshots. For generated workloads (a file
+// workload's size is that of its file).
+double estimated_run_bytes(const RunSpec& run) {
+  if (run.get("workload.kind") == "file") return 0;
+  const double B = double(run.get_int("workload.batch")), T = double(run.get_int("workload.tokens"));
+  const double H = double(run.get_int("workload.qk_heads")), HV = double(run.get_int("workload.v_heads"));
+  const double K = double(run.get_int("workload.key_dim")), V = double(run.get_int("workload.value_dim"));
+  const double chunks = std::ceil(T / double(run.get_int("run.chunk")));
+  const double inputs = B * T * (2 * H * K + HV * V + 2 * HV) * (8 + 4);
+  const bool reference = run.get_bool("run.reference");
+  const double outputs = B * T * HV * V * ((reference ? 8 : 0) + 4);
+  const double state = B * HV * K * V * 4;
+  const double states =
+      state * chunks *
+      ((reference && run.get_bool("run.state_error") ? 1 : 0) + (run.get_bool("dump.states") ? 1 : 0));
+  return inputs + outputs + states;
+}
+
+// Refuses, before anything is allocated or written, a run that cannot fit this machine's memory.
+void check_memory(const std::vector<const RunSpec*>& runs) {
+  const double physical = double(::sysconf(_SC_PHYS_PAGES)) * double(::sysconf(_SC_PAGESIZE));
+  if (physical <= 0) return;
+  for (const RunSpec* run : runs) {
+    const double need = estimated_run_bytes(*run);
+    if (need <= physical) continue;
+    auto gib = [](double bytes) {
+      std::ostringstream out;
+      out << std::setprecision(3) << bytes / double(1ull << 30) << " GiB";
+      return out.str();
+    };
+    fail("run ", run->id, " (", run->label(), ") needs about ", gib(need),
+         " of memory, more than this machine's ", gib(physical), ": lower workload.tokens (now ",
+         run->get("workload.tokens"), "), or workload.batch, workload.v_heads or workload.qk_heads");
+  }
+}
+
+// An experiment file that is the input of one of its own file workloads would grow with every call.
+void check_out_is_not_an_input(const std::vector<RunSpec>& runs, const std::string& out) {
+  std::error_code ignored;
+  if (!fs::exists(out, ignored)) return;
+  for (const RunSpec& run : runs) {
+    if (run.get("workload.kind") != "file") continue;
+    const std::string input = run.get("workload.path");
+    require(!fs::equivalent(input, out, ignored), "--out '", out, "' is the input file of workload.path = '",
+            input, "': write the results to another file");
+  }
 }
 
 }  // namespace
+
+std::vector<RunState> run_states(const std::vector<RunSpec>& runs, const std::string& out) {
+  const std::map<std::string, std::string> in_file = runs_in(out);
+  const fs::path parts = out + ".parts";
+  const std::string& mine = this_build().source_id;
+  std::vector<RunState> states;
+  for (const RunSpec& run : runs) {
+    std::optional<std::string> made_by;
+    if (auto it = in_file.find(run.id); it != in_file.end()) made_by = it->second;
+    const std::string part = part_of_run(parts, run.id);
+    std::error_code ignored;
+    if (fs::exists(part, ignored)) {
+      const std::string in_part = build_source_of(h5::File::open(part), "/runs/" + run.id);
+      if (!made_by || in_part == mine)
+        made_by = in_part;  // a part of this build is merged over the file's run
+    }
+    states.push_back(!made_by           ? RunState::to_run
+                     : *made_by == mine ? RunState::done
+                                        : RunState::done_by_other_build);
+  }
+  return states;
+}
 
 RunnerSummary run_experiment(const Experiment& experiment, const RunnerOptions& options,
                              std::ostream& progress) {
   require(!options.out.empty(), "sgdn run: no output file (--out FILE.h5)");
   const std::vector<RunSpec> all = experiment.expand();  // validates every run before anything is written
-  std::vector<RunSpec> mine;
+  check_out_is_not_an_input(all, options.out);
+  check_output_file(options.out);
+  const std::vector<std::string> labels = distinct_labels(all);
+  std::vector<size_t> mine;
   for (size_t i = 0; i < all.size(); ++i)
-    if (int64_t(i) % options.shard_count == options.shard_index) mine.push_back(all[i]);
+    if (int64_t(i) % options.shard_count == options.shard_index) mine.push_back(i);
 
-  const fs::path parts = options.out + ".parts";
-  const std::set<std::string> in_file = runs_in(options.out);
   RunnerSummary summary;
   summary.runs = int64_t(mine.size());
-  std::vector<const RunSpec*> pending;
-  for (const RunSpec& run : mine) {
-    if (in_file.count(run.id) || fs::exists(part_of_run(parts, run.id))) {
+  const fs::path parts = options.out + ".parts";
+  if (mine.empty()) {
+    progress << "sgdn run: no runs";
+    if (options.shard_count > 1)
+      progress << " in shard " << options.shard_index << "/" << options.shard_count << " (the experiment has "
+               << all.size() << ")";
+    progress << "; nothing to do\n";
+    return summary;
+  }
+  const std::vector<RunState> states = run_states(all, options.out);
+  std::vector<size_t> pending;
+  int64_t other_build = 0;
+  for (size_t i : mine) {
+    if (states[i] == RunState::done || (options.reuse_runs && states[i] == RunState::done_by_other_build)) {
       ++summary.already_done;
     } else {
-      pending.push_back(&run);
+      other_build += states[i] == RunState::done_by_other_build;
+      pending.push_back(i);
     }
   }
+  if (other_build > 0)
+    progress << "sgdn run: " << other_build << " runs in " << options.out
+             << " were made by another build than " << this_build().source_id
+             << " and run again (--reuse-runs keeps them)\n";
+  std::vector<const RunSpec*> pending_runs;
+  for (size_t i : pending) pending_runs.push_back(&all[i]);
+  check_memory(pending_runs);
   progress << "sgdn run: " << mine.size() << " runs";
   if (options.shard_count > 1) progress << " in shard " << options.shard_index << "/" << options.shard_count;
   progress << " (of " << all.size() << "), " << summary.already_done << " already done, " << pending.size()
            << " to run -> " << options.out << "\n";
-  if (!pending.empty()) fs::create_directories(parts);
 
-  std::unique_ptr<PreparedWorkload> cache;
-  const auto start = std::chrono::steady_clock::now();
-  for (const RunSpec* run : pending) {
-    if (options.stop_after >= 0 && summary.ran >= options.stop_after) return summary;
-    fs::create_directories(parts);  // also where another process removed it meanwhile
-    PreparedWorkload& pw = prepare_workload(*run, options.out, parts, cache, progress);
-    const auto run_start = std::chrono::steady_clock::now();
-    execute_run(*run, pw, part_of_run(parts, run->id));
-    ++summary.ran;
-    const auto now = std::chrono::steady_clock::now();
-    const double elapsed = std::chrono::duration<double>(now - start).count();
-    const double left = elapsed / double(summary.ran) * double(pending.size() - size_t(summary.ran));
-    progress << "[" << summary.already_done + summary.ran << "/" << mine.size() << "] " << run->id << " "
-             << run->label() << "  " << std::fixed << std::setprecision(2)
-             << std::chrono::duration<double>(now - run_start).count() << " s, about " << format_seconds(left)
-             << " left\n"
-             << std::flush;
+  try {
+    std::unique_ptr<PreparedWorkload> cache;
+    const auto start = std::chrono::steady_clock::now();
+    for (size_t i : pending) {
+      const RunSpec& run = all[i];
+      if (options.stop_after >= 0 && summary.ran >= options.stop_after) return summary;
+      PreparedWorkload& pw = prepare_workload(run, options, parts, cache, progress);
+      const auto run_start = std::chrono::steady_clock::now();
+      execute_run(run, pw, options, parts, progress);
+      ++summary.ran;
+      const auto now = std::chrono::steady_clock::now();
+      const double elapsed = std::chrono::duration<double>(now - start).count();
+      const double left = elapsed / double(summary.ran) * double(pending.size() - size_t(summary.ran));
+      progress << "[" << summary.already_done + summary.ran << "/" << mine.size() << "] " << run.id << " "
+               << labels[i] << "  " << std::fixed << std::setprecision(2)
+               << std::chrono::duration<double>(now - run_start).count() << " s, about "
+               << format_seconds(left) << " left\n"
+               << std::flush;
+    }
+    merge_parts(options, parts, progress);
+  } catch (...) {
+    remove_empty_parts_folder(options.out, parts);
+    throw;
   }
-  if (fs::exists(parts)) {
-    merge_parts(options.out, parts, options.shard_count == 1, progress);
-    summary.merged = true;
-  }
+  summary.merged = true;
   return summary;
 }
 

@@ -4,6 +4,7 @@
 #pragma once
 #include <iosfwd>
 #include <string>
+#include <vector>
 
 #include "experiments/config.h"
 
@@ -14,6 +15,10 @@ struct RunnerOptions {
   int64_t shard_index = 0;  // run every shard_count-th run starting at shard_index
   int64_t shard_count = 1;
   int64_t stop_after = -1;  // stop after this many new runs, without merging (tests of resuming)
+  // How long to wait for the lock on FILE.h5.lock that another process holds while it merges.
+  double lock_wait_seconds = 1800;
+  // Count runs made by another build (another revision, or other uncommitted changes) as done.
+  bool reuse_runs = false;
 };
 
 struct RunnerSummary {
@@ -22,6 +27,12 @@ struct RunnerSummary {
   int64_t ran = 0;           // run by this call
   bool merged = false;       // the parts were merged into `out`
 };
+
+// Where each run stands in the experiment file `out` and its parts: to run, done by this build, or done by
+// another build (another revision or other uncommitted changes; BuildInfo::source_id), which `sgdn run`
+// runs again unless --reuse-runs.
+enum class RunState { to_run, done, done_by_other_build };
+std::vector<RunState> run_states(const std::vector<RunSpec>& runs, const std::string& out);
 
 RunnerSummary run_experiment(const Experiment& experiment, const RunnerOptions& options,
                              std::ostream& progress);

@@ -160,13 +160,13 @@ name = dense
   CHECK(parse_double("", runs[0].metrics.at("needle_accuracy")) >= 0.95);
   CHECK(runs[0].needle_depths.size() == 3);
   std::ostringstream table;
-  print_analysis(table, runs);
+  print_analysis(table, runs, table);
   CHECK(table.str().find("Needle accuracy") != std::string::npos);
 
   // A backend without a flop cost model stores NaN, and the table says "-" rather than a cost of 0.
   auto flops_cell = [](const std::vector<RunRecord>& records) {
     std::ostringstream text;
-    print_analysis(text, records);
+    print_analysis(text, records, text);
     std::istringstream lines(text.str());
     for (std::string line; std::getline(lines, line);) {
       if (line.find("| dense") == std::string::npos) continue;
