@@ -137,10 +137,5 @@ struct StageRegisters {
 };
 std::string stage_registers(const Problem& p, StageRegisters* r);
 
-// A measuring aid's value: the environment variable `name` (SGDN_CUDA_OUT_RUN and the others that
-// gdn_kernels.cu lists, each with the digits it takes) as that digit; -1, the rule, where it is unset or
-// empty, or holds anything else, which is then named on stderr (once for each such value).
-int measuring_switch(const char* name);
-
 }  // namespace cuda
 }  // namespace sgdn

@@ -33,8 +33,6 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <mutex>
-#include <set>
 #include <string>
 #include <type_traits>
 
@@ -270,7 +268,7 @@ __device__ __forceinline__ int32_t owner_of(const int32_t* offset, int32_t count
 // min(n, tail) one per group. (Output runs, G = 1: a run takes its chunks one after another, each once the
 // chain has passed it, so the run that holds the sequence's last chunk would end after the chain does; a
 // chunk alone has its operands ready when its state arrives. L = 1 measured 0.2-0.6 % faster from 16K on;
-// more than one, slower in the packed batches, see output_tail.)
+// more than one, slower in the packed batches, see kOutputTail.)
 struct GroupSplit {
   int32_t head, tail_from, groups;  // groups of G, the first chunk taken alone, all groups
 };
@@ -783,12 +781,6 @@ __global__ void __launch_bounds__(1024)
                          int64_t floor_each, const float* head_score, const float* unit_score, bool in_shared,
                          uint32_t* scratch, uint8_t* unit_mask) {
   extern __shared__ uint32_t shared_bits[];  // the scores' bits where `in_shared`
-#ifdef SGDN_TRACE_SELECT  // phase times of the select (clock cycles, printed by thread 0): a measuring aid
-  long long stamp[5] = {};
-#define SGDN_SELECT_STAMP(i) stamp[i] = clock64()
-#else
-#define SGDN_SELECT_STAMP(i)
-#endif
   wait_for_previous_grid();
   let_next_grid_start();
   const int64_t s = blockIdx.x;
@@ -797,7 +789,6 @@ __global__ void __launch_bounds__(1024)
   const int64_t items = n * units,
                 budget = budget_of(rho, items) - (Marked ? min_i64(floor_each, n) * units : 0);
   if (budget <= 0) return;
-  SGDN_SELECT_STAMP(0);
   uint32_t* bits = in_shared ? shared_bits : scratch + base;
   uint8_t* mask = unit_mask + base;
   // Event e = u n + c of the [units, n] block; 32-bit indices (check_problem: n units < 2^31). The fill sums
@@ -833,10 +824,8 @@ __global__ void __launch_bounds__(1024)
         bits[e] = open[j] ? score_bits(float(sum[j])) : 0u;
   }
   __syncthreads();
-  SGDN_SELECT_STAMP(1);
   auto any = [](int64_t) { return true; };
   const KthKey top = kth_largest_key([&](int64_t e) { return uint64_t(bits[e]); }, items, budget, any);
-  SGDN_SELECT_STAMP(2);
   const uint32_t at = uint32_t(top.key);
   auto rank = [&](int64_t e) {
     const int32_t u = int32_t(e) / n32;
@@ -847,20 +836,10 @@ __global__ void __launch_bounds__(1024)
       top.exact || at == 0
           ? 0
           : kth_largest_key(rank, items, top.still, [&](int64_t e) { return bits[e] == at; }).key;
-  SGDN_SELECT_STAMP(3);
   for (int64_t e = threadIdx.x; e < items; e += blockDim.x) {
     const uint32_t b = bits[e];
     if (b != 0 && (b > at || (b == at && (top.exact || rank(e) >= rank_from)))) mask[e] = 1;
   }
-#ifdef SGDN_TRACE_SELECT
-  __syncthreads();
-  SGDN_SELECT_STAMP(4);
-  if (threadIdx.x == 0)
-    printf("SELECT s %lld items %lld: fill %lld, select %lld, ties %lld, marks %lld cycles (exact %d)\n",
-           (long long)s, (long long)items, stamp[1] - stamp[0], stamp[2] - stamp[1], stamp[3] - stamp[2],
-           stamp[4] - stamp[3], int(top.exact));
-#endif
-#undef SGDN_SELECT_STAMP
 }
 
 // `stride`: chunk ⌊(2i+1)N/(2k)⌋ of each unit, i < k = round(ρN).
@@ -2118,9 +2097,9 @@ __global__ void __launch_bounds__(kPrepThreads, 4)
 }
 
 // ---- recurrence: per (sequence, value head, V tile of VT = 32 or 64 columns), NW = 8 or 4 warps (two or one
-// per scheduler, see recurrence_warps). The state tile (128 x VT fp32) lives in registers: warp w owns rows
-// 16 (8 / NW) w.., 8 / NW m-tiles x VT / 8 n-tiles. Each selected event, with Sb = bf16(S) as the last event
-// left it (shared) and S = e^{pending} x that state (the skipped chunks since):
+// per scheduler; the plan takes 8 at 32 columns). The state tile (128 x VT fp32) lives in registers: warp w
+// owns rows 16 (8 / NW) w.., 8 / NW m-tiles x VT / 8 n-tiles. Each selected event, with Sb = bf16(S) as the
+// last event left it (shared) and S = e^{pending} x that state (the skipped chunks since):
 //   v̂ = U − e^{pending} W Sb (warp w: rows 16(w & 3).., columns (VT / 2)(w >> 2).. with 8 warps, all VT
 //   with 4; in the warpgroup form, Wg, all of it on warps 0-3);  Vh = bf16(e^{Γ−γ} ⊙ v̂);  S = e^Γ S + Kᵀ Vh
 //   (warp w: its state rows);  Sb = bf16(S), which is also the snapshot, copied out of shared memory by one
@@ -2132,8 +2111,8 @@ __global__ void __launch_bounds__(kPrepThreads, 4)
 // block) beside it, which pays where every chain is busy (the dense selector). VT = 64 (half the blocks, each
 // copying W and K once for twice the columns) was for runs with more 32-column blocks than multiprocessors
 // (packed batches), whose 32-column recurrence the copies' traffic through L2 bounded; 2 stages of it (110
-// KB) still let two blocks share a multiprocessor. Since v33 those runs take recurrence_wg_kernel, and this
-// kernel's 64-column blocks run only with SGDN_CUDA_REC_WG=0 (a measuring aid). The copied tiles come from
+// KB) still let two blocks share a multiprocessor. Since v33 those runs take recurrence_wg_kernel, and the
+// plan takes this kernel at 32 columns only. The copied tiles come from
 // the tensor memory accelerator (one thread issues an event's copies; they complete on the stage's mbarrier)
 // in its swizzled layouts, whose 16-byte pieces are permuted by the row so that the 8 rows an ldmatrix reads
 // and the rows the epilogue reads fall in distinct banks: W and K as sw128 (two 64-column halves), U's VT
@@ -2307,46 +2286,16 @@ __device__ __forceinline__ float for_each_event(const RecurrenceArgs& a, uint8_t
   return pending;
 }
 
-// A measuring build (-DSGDN_TRACE_CHAIN, not the default): each 32- or 64-column mma.sync / warpgroup-product
-// recurrence block sums the clock cycles of an event's phases on its first and last math warps (the v̂
-// product's issue with the snapshot's and copies' calls (and the warpgroup form's epilogue loads), v̂ to Vh,
-// the copy waits before the middle barrier, that barrier, the state's update with Sb, the wait for the next
-// event's copies, the rest up to the next event; and in the warpgroup form, counted apart from those: the
-// wait for W Sb, the v̂ epilogue's arithmetic and stores, the state's products), and trace_print_kernel,
-// launched after the recurrence, prints them per block with at least 200 events ("TRACE hv .. tile .. warp
-// first|last events .. cycles .. ns .. | seven phases | three parts, in cycles per event"). printf in the
-// recurrence itself would make ptxas serialise its warpgroup products (note C7510); the outputs no longer run
-// beside the recurrence in this build.
-#ifdef SGDN_TRACE_CHAIN
-constexpr int kTraceBlocks = 1024;
-__device__ long long g_trace[kTraceBlocks][2][14];
-__global__ void trace_print_kernel(int blocks) {
-  for (int b = 0; b < blocks && b < kTraceBlocks; ++b)
-    for (int w = 0; w < 2; ++w) {
-      long long* t = g_trace[b][w];
-      const long long ev = t[0];
-      if (ev >= 200)
-        printf(
-            "TRACE hv %lld tile %lld warp %s events %lld cycles %lld ns %lld | %lld %lld %lld %lld %lld "
-            "%lld %lld | %lld %lld %lld\n",
-            t[3] / 1000, t[3] % 1000, w ? "last" : "first", ev, t[1], t[2], t[4] / ev, t[5] / ev, t[6] / ev,
-            t[7] / ev, t[8] / ev, t[9] / ev, t[10] / ev, t[11] / ev, t[12] / ev, t[13] / ev);
-      t[0] = 0;
-    }
-}
-#endif
-
 // VOut (the dense selector, G = 1): each event's v = U − W Sb (bf16, this block's columns) also goes to
 // memory over the chunk's U, which this block alone reads and has read; the output stage takes it from there.
-// Only for a run in which every chunk is an event (v_through_memory): a skipped chunk would leave U in its
-// place.
-// Wg (8 warps, 32 columns, no VOut): an event's two products as warpgroup products, see recurrence_wg32.
-// Every form has one more warp than its NW math warps: the producer, which issues the copies and the
-// snapshots' tensor copies and waits for them.
-// (Two 64-column blocks per multiprocessor cap the registers: the 8-warp 64-column form, reached only through
-// measuring aids, spills a few dozen bytes since it has the producer warp.) The 2-stage Wg block (the dense
-// selector's at B = 1) has to stay at 88 registers or fewer, so that a dense output block fits beside it (see
-// output_wg_kernel): at 89, with one more 64-bit index live across the event loop, it did not.
+// Only for a run in which every chunk is an event (no form the plan picks): a skipped chunk would leave U in
+// its place. Wg (8 warps, 32 columns, no VOut): an event's two products as warpgroup products (the plan's
+// 32-column form). Every form has one more warp than its NW math warps: the producer, which issues the copies
+// and the snapshots' tensor copies and waits for them. (Two 64-column blocks per multiprocessor cap the
+// registers: the 8-warp 64-column form, which the plan does not pick, spills a few dozen bytes since it has
+// the producer warp.) The 2-stage Wg block (the dense selector's at B = 1) has to stay at 88 registers or
+// fewer, so that a dense output block fits beside it (see output_wg_kernel): at 89, with one more 64-bit
+// index live across the event loop, it did not.
 template <int NS, bool VOut, int VT, int NW, bool Wg>
 __global__ void __launch_bounds__(NW * 32 + 32, VT == 64 ? 2 : 0)  // 64: two blocks per multiprocessor
     recurrence_tc_kernel(RecurrenceArgs a, bf16* u_all, const bf16* w_all,
@@ -2461,30 +2410,12 @@ __global__ void __launch_bounds__(NW * 32 + 32, VT == 64 ? 2 : 0)  // 64: two bl
     tma_load_2d(st_.u, &tma.u, col0, row, bar);
     bulk_load(st_.gam, a.gamma + slot_id * kC, sizeof(float) * kC, bar);
   };
-#ifdef SGDN_TRACE_CHAIN  // a measuring build: where a chain's event goes, in clock cycles, per phase
-  long long tr_acc[10] = {}, tr_last = clock64();
-  int tr_events = 0;
-  uint64_t tr_ns0;
-  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(tr_ns0));
-  const long long tr_c0 = tr_last;
-#define SGDN_TRACE_MARK(i)            \
-  do {                                \
-    const long long tr_t = clock64(); \
-    tr_acc[i] += tr_t - tr_last;      \
-    tr_last = tr_t;                   \
-  } while (0)
-#else
-#define SGDN_TRACE_MARK(i) \
-  do {                     \
-  } while (0)
-#endif
   // Every thread waits for a stage's copies itself, by the parity of the stage's use.
   uint32_t parity = 0;
   auto wait = [&](int buf, int inflight) {
     if (inflight <= 0) return;
     mbar_wait(&sm.full[buf], (parity >> buf) & 1);
     parity ^= 1u << buf;
-    SGDN_TRACE_MARK(5);
   };
   // VOut: the thread-constant parts of the stores of v (rows ur + kURows j, 16-byte part up).
   const int ur = threadIdx.x / kUPieces, up = (threadIdx.x % kUPieces) * 8;
@@ -2543,10 +2474,6 @@ __global__ void __launch_bounds__(NW * 32 + 32, VT == 64 ? 2 : 0)  // 64: two bl
       },
       [&](int buf, int64_t c, float big_gamma, auto flush_snapshot, auto fetch_next) {
         RecStage<VT>& cs = sm.stage[buf];
-        SGDN_TRACE_MARK(6);
-#ifdef SGDN_TRACE_CHAIN
-        ++tr_events;
-#endif
         if constexpr (Wg) {  // v̂ = U − W Sb as one warpgroup product (64 x 32, k = 128) on warps 0-3
           // With 2 stages, whose copies have one event's lead, the next copies first (the snapshot after
           // them, below). With more, both after the product's issue, the snapshot first (its read of Sb,
@@ -2586,11 +2513,9 @@ __global__ void __launch_bounds__(NW * 32 + 32, VT == 64 ? 2 : 0)  // 64: two bl
             }
           }
           if constexpr (NS == 2) flush_snapshot();
-          SGDN_TRACE_MARK(0);
           zero_short_k(cs, c);
           if (warp < 4) {
             wgmma_wait_all(acc);
-            SGDN_TRACE_MARK(7);
 #pragma unroll
             for (int half = 0; half < 2; ++half)
 #pragma unroll
@@ -2599,7 +2524,6 @@ __global__ void __launch_bounds__(NW * 32 + 32, VT == 64 ? 2 : 0)  // 64: two bl
                 const float x1 = fmaf(-sb_scale, acc[4 * j + 2 * half + 1], uu[half][j].y);
                 *reinterpret_cast<uint32_t*>(sm.vh + at[half][j]) = pack_bf16(x0 * f[half], x1 * f[half]);
               }
-            SGDN_TRACE_MARK(8);
             fence_proxy_async();  // Vh, read by the state's warpgroup product
           }
         } else {  // v̂ = U − W Sb: this warp's 16 x kVCols tile, k = 128, kSets accumulator sets
@@ -2621,7 +2545,6 @@ __global__ void __launch_bounds__(NW * 32 + 32, VT == 64 ? 2 : 0)  // 64: two bl
           }
           // While the products run: the previous event's snapshot.
           flush_snapshot();
-          SGDN_TRACE_MARK(0);
           zero_short_k(cs, c);
 #pragma unroll
           for (int half = 0; half < (math ? 2 : 0); ++half) {
@@ -2644,7 +2567,6 @@ __global__ void __launch_bounds__(NW * 32 + 32, VT == 64 ? 2 : 0)  // 64: two bl
             }
           }
         }
-        SGDN_TRACE_MARK(1);
         if constexpr (VOut) fence_proxy_async();  // v over U, before the stage's next copies
         // The snapshots whose copies were issued before this event (all but the newest group: the previous
         // event's, issued above) are waited for when a publication is due, so that the wait is for copies
@@ -2653,10 +2575,8 @@ __global__ void __launch_bounds__(NW * 32 + 32, VT == 64 ? 2 : 0)  // 64: two bl
         const bool due = safe_upto - publish.published >= kPublishEvery;  // block-uniform
         if (due && threadIdx.x == kProducer) bulk_wait_written<1>();
         sb_reads_done();
-        SGDN_TRACE_MARK(2);
         __syncthreads();
         if (due) publish(safe_upto);
-        SGDN_TRACE_MARK(3);
         safe_upto = c + 1;
         if constexpr (VOut)
 #pragma unroll
@@ -2682,7 +2602,6 @@ __global__ void __launch_bounds__(NW * 32 + 32, VT == 64 ? 2 : 0)  // 64: two bl
               wgmma_m64n32k16_rs_t(stf, af[k0], vh_desc + k0 * kSw64MnMajorStep);
             wgmma_commit();
             wgmma_wait_all(stf);
-            SGDN_TRACE_MARK(9);
           } else {
             const float decay = exp_ftz(big_gamma);
             [[maybe_unused]] float st2[kMT == 1 ? VT / 8 : 1][4] = {};
@@ -2719,7 +2638,6 @@ __global__ void __launch_bounds__(NW * 32 + 32, VT == 64 ? 2 : 0)  // 64: two bl
         // Sb = bf16(S): every read of the old Sb (W Sb, the snapshot's copy) is behind the barrier.
         store_sb();
         sb_scale = 1.f;
-        SGDN_TRACE_MARK(4);
       },
       slot);
   if (a.final_state && math) {
@@ -2733,20 +2651,6 @@ __global__ void __launch_bounds__(NW * 32 + 32, VT == 64 ? 2 : 0)  // 64: two bl
         }
   }
   if (tile == 0 && threadIdx.x == 0) a.snapshot_count[s * a.HV + hv] = int32_t(slot + 1);
-#ifdef SGDN_TRACE_CHAIN
-  uint64_t tr_ns1;
-  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(tr_ns1));
-  const long long tr_c1 = clock64();
-  if ((threadIdx.x == 0 || threadIdx.x == kBlockThreads - 32) && blockIdx.x < kTraceBlocks) {
-    long long* t = g_trace[blockIdx.x][threadIdx.x == 0 ? 0 : 1];
-    t[0] = tr_events;
-    t[1] = tr_c1 - tr_c0;
-    t[2] = (long long)(tr_ns1 - tr_ns0);
-    t[3] = hv * 1000 + tile;
-    for (int i = 0; i < 10; ++i) t[4 + i] = tr_acc[i];
-  }
-#endif
-#undef SGDN_TRACE_MARK
 }
 
 // This thread's part of a 128 x 64 state block (columns col0..) as a warpgroup's two accumulators: rows
@@ -2953,7 +2857,7 @@ __global__ void __launch_bounds__(kWgThreads)
 // recurrence, and only Q̃ S is left once the state arrives (one product instead of W S, Q S and A v).
 // Warp w: rows 16 (w & 3).., columns 64 (w >> 2)..  With G > 1 the fp32 S_loc is kept in shared memory and
 // updated by S_loc = e^Γ S_loc + Kᵀ (e^{Γ−γ} ⊙ (U − W S)) (warp w: rows 16w.., all 128 columns).
-// VIn (the dense selector, G = 1, see v_through_memory): the recurrence has left each chunk's v = U − W S in
+// VIn (no form the plan picks): the recurrence has left each chunk's v = U − W S in
 // U's place, so the block reads v with the snapshot, once the recurrence has passed, instead of W and U, and
 // computes O = scale (e^γ ⊙ (Q S) + A v): two products after A instead of three.
 struct OutSmem {
@@ -2965,7 +2869,7 @@ struct OutSmem {
   bf16 am[kC * kLdC];
   float gam[kC];
 };
-// Wg (G = 1, see output_wgmma): the same operands in sw128 tiles, read by warpgroup products (wgmma):
+// Wg (G = 1, see output_kernel_for): the same operands in sw128 tiles, read by warpgroup products (wgmma):
 // warpgroup g computes O's columns 64 g.. (its warp w the rows 16 (w & 3)..: the mma.sync blocks' warp
 // tiles), both warpgroups A = Q Kᵀ ⊙ D whole, in registers, as the A operand of the products with U, W and v.
 // Each operand is read once per warpgroup instead of once per warp.
@@ -3019,7 +2923,7 @@ __device__ __forceinline__ void output_tc_block(OutputArgs a, const bf16* u_all,
   constexpr bool kUnrolled = !VIn || Wg;
   constexpr int kUnroll = kUnrolled ? 8 : 1;  // the same for the stores of O
   // Tma: the tiles by tensor copies (issued by thread 0, each group completing on its mbarrier, whose phase
-  // the block counts), else by every thread's cp.async; see output_variant for where.
+  // the block counts), else by every thread's cp.async; see output_kernel_for for where.
   // Blocks in the group table's order (the value heads of one group side by side; a packed batch's sequences
   // round-robin, see table_kernel), so that the blocks the scheduler hands out while the recurrence runs are
   // the ones its progress reaches first.
@@ -3437,11 +3341,11 @@ __global__ void __launch_bounds__(kOutThreads)
 // Two blocks per multiprocessor, at most 128 registers; at most 120 where one runs beside a 2-stage
 // 32-column recurrence block of 9 warps at up to 88 (the multiprocessor's quarter that holds three of its
 // warps and two of this block's: 3 x 88 + 2 x 120 = 504 of 512 registers a lane; test `[registers]`): the
-// dense selector's blocks (no tensor copies, runs or v from memory, see output_variant), and those with fp32
-// outputs (a capped selector's 2-stage chains at B = 1). The dense blocks at 123, after a change elsewhere
-// (two fields more in OutputArgs), no longer fitted there and the dense forwards at B = 1 were 10-14 % slower
-// (v51); the sparse runs' blocks with fp32 outputs had 121 until v52. The bf16 blocks with tensor copies
-// (109 in runs, 122 for one chunk since v54's Q̃ loads) keep the limit they were timed with.
+// dense selector's blocks (no tensor copies, runs or v from memory, see output_kernel_for), and those with
+// fp32 outputs (a capped selector's 2-stage chains at B = 1). The dense blocks at 123, after a change
+// elsewhere (two fields more in OutputArgs), no longer fitted there and the dense forwards at B = 1 were
+// 10-14 % slower (v51); the sparse runs' blocks with fp32 outputs had 121 until v52. The bf16 blocks with
+// tensor copies (109 in runs, 122 for one chunk since v54's Q̃ loads) keep the limit they were timed with.
 template <class Out, bool VIn, bool Runs, bool Tma>
 constexpr int output_wg_registers() {
   return !VIn && (std::is_same_v<Out, float> || (!Tma && !Runs)) ? 120 : 128;
@@ -3453,7 +3357,7 @@ __global__ void __launch_bounds__(kOutThreads) __maxnreg__((output_wg_registers<
   output_tc_block<Out, VIn, Runs, true, Tma>(a, u_all, w_all, tma);
 }
 
-// ---- the dense selector's recurrence and outputs in one pass (G = 1, packed batches: see fused_warpgroups).
+// ---- the dense selector's recurrence and outputs in one pass (G = 1, packed batches: see fused_form).
 // Every chunk is an event, and a block computes the chunk's output from the state the chunk starts from while
 // that state is on the multiprocessor, so that neither v = U − W S nor the state goes through memory to an
 // output stage (the snapshots are still written, for snapshot_view). Per chunk, with Sb = bf16(S):
@@ -3808,38 +3712,31 @@ __global__ void __launch_bounds__(256, 1)
 size_t prepare_tc_smem() {
   return kPrepSmemBytes;
 }
-// The recurrence's instance for `stages` copy stages, v to memory or not and `columns` per block, with its
-// shared memory.
-struct RecurrenceVariant {
-  void (*kernel)(RecurrenceArgs, bf16*, const bf16*, RecTmaMaps);
-  size_t smem;
+// A tensor-core kernel of the separate stages as forward() launches it: the kernel, its name, its threads
+// and its dynamic shared memory.
+template <class Kernel>
+struct StageKernel {
+  Kernel kernel;
+  const char* name;
   int threads;
+  size_t smem;
 };
-template <int NS, bool VOut, int VT, int NW, bool Wg = false>
-RecurrenceVariant recurrence_variant() {
-  return {recurrence_tc_kernel<NS, VOut, VT, NW, Wg>, rec_smem_bytes<NS, VT>(), NW * 32 + 32};
-}
-template <int VT, int NW>
-RecurrenceVariant recurrence_variant(int stages, bool v_out) {
+using RecurrenceKernel = StageKernel<void (*)(RecurrenceArgs, bf16*, const bf16*, RecTmaMaps)>;
+using OutputKernel = StageKernel<void (*)(OutputArgs, const bf16*, const bf16*, RecTmaMaps)>;
+// The separate recurrence for `columns` per block and `stages` copy stages (recurrence_columns and
+// recurrence_stages): 32 columns on 8 warps with warpgroup products, 2 or 4 stages; 64 columns on one
+// warpgroup, 2 or 3 stages.
+RecurrenceKernel recurrence_kernel_for(int columns, int stages) {
+  constexpr const char* kNarrow = "recurrence_tc_kernel";
+  constexpr const char* kWide = "recurrence_wg_kernel";
+  if (columns == 32)
+    return stages == 2 ? RecurrenceKernel{recurrence_tc_kernel<2, false, 32, 8, true>, kNarrow, 8 * 32 + 32,
+                                          rec_smem_bytes<2, 32>()}
+                       : RecurrenceKernel{recurrence_tc_kernel<4, false, 32, 8, true>, kNarrow, 8 * 32 + 32,
+                                          rec_smem_bytes<4, 32>()};
   return stages == 2
-             ? (v_out ? recurrence_variant<2, true, VT, NW>() : recurrence_variant<2, false, VT, NW>())
-             : (v_out ? recurrence_variant<3, true, VT, NW>() : recurrence_variant<3, false, VT, NW>());
-}
-template <int NS, bool VOut>
-RecurrenceVariant recurrence_wg_variant() {
-  return {recurrence_wg_kernel<NS, VOut>, wg_smem_bytes<NS>(), kWgThreads};
-}
-RecurrenceVariant recurrence_tc_variant(int stages, bool v_out, int columns, int warps, bool wg, bool wg32) {
-  if (wg32)  // 32 columns, 8 warps, v not stored: recurrence_wg32 is false wherever v_out is set
-    return stages == 2   ? recurrence_variant<2, false, 32, 8, true>()
-           : stages == 3 ? recurrence_variant<3, false, 32, 8, true>()
-                         : recurrence_variant<4, false, 32, 8, true>();
-  if (wg)
-    return stages == 2 ? (v_out ? recurrence_wg_variant<2, true>() : recurrence_wg_variant<2, false>())
-                       : (v_out ? recurrence_wg_variant<3, true>() : recurrence_wg_variant<3, false>());
-  if (columns == 64)
-    return warps == 4 ? recurrence_variant<64, 4>(stages, v_out) : recurrence_variant<64, 8>(stages, v_out);
-  return warps == 4 ? recurrence_variant<32, 4>(stages, v_out) : recurrence_variant<32, 8>(stages, v_out);
+             ? RecurrenceKernel{recurrence_wg_kernel<2, false>, kWide, kWgThreads, wg_smem_bytes<2>()}
+             : RecurrenceKernel{recurrence_wg_kernel<3, false>, kWide, kWgThreads, wg_smem_bytes<3>()};
 }
 // The tensor maps of the pre-pass's, the recurrence's and the output blocks' copies (RecTmaMaps), the
 // recurrence's for blocks of `columns` V columns: W and U [slot_rows][128] from the workspace (W's box and
@@ -3918,6 +3815,24 @@ size_t output_tc_smem(bool multi, bool wg) {
   return sizeof(OutSmem) + (multi ? size_t(kD) * kD * 4 : 0);
 }
 static_assert(2 * (sizeof(OutWgSmem) + 1024 + 1024) <= 228 * 1024, "outputs (wgmma): two per multiprocessor");
+// The output blocks: with G = 1 the warpgroup form, in runs of chunks where output_run gives them, by tensor
+// copies but for the dense selector's blocks (one chunk each, beside the chains: faster with cp.async); with
+// G > 1 the mma.sync form, which carries the group's state through shared memory.
+template <class Out>
+OutputKernel output_kernel_for(const Problem& p, int run) {
+  if (p.group > 1)
+    return {output_tc_kernel<Out, false, false>, "output_tc_kernel", kOutThreads,
+            output_tc_smem(true, false)};
+  const size_t smem = output_tc_smem(false, true);
+  if (run > 1) return {output_wg_kernel<Out, false, true, true>, "output_wg_kernel", kOutThreads, smem};
+  if (p.selector != SelectorKind::dense)
+    return {output_wg_kernel<Out, false, false, true>, "output_wg_kernel", kOutThreads, smem};
+  return {output_wg_kernel<Out, false, false, false>, "output_wg_kernel", kOutThreads, smem};
+}
+OutputKernel output_kernel_for(const Problem& p, int run) {
+  return p.output_dtype == DType::bfloat16 ? output_kernel_for<bf16>(p, run)
+                                           : output_kernel_for<float>(p, run);
+}
 }  // namespace tc
 
 // ---------------------------------------------------------------------------------------------------------
@@ -3963,71 +3878,22 @@ std::string multiprocessors(int* count) {
   return {};
 }
 
-// Whether the 64-column recurrence blocks run on one warpgroup with wgmma (recurrence_wg_kernel) rather than
-// on 4 warps of mma.sync: yes (packed batches: 4 x 8K dense 1.247 → 1.203 ms, 2 x 16K dense 1.237 → 1.183,
-// sparse 0.999 → 0.981 and 1.034 → 1.018, 2026-11-30 19:20Z). A lone chain of 64 columns takes 2.0 µs per
-// event on it against 1.43 µs for the 32-column 8-warp block (sparse 32K alone 1.039 against 0.736 ms), so B
-// = 1 keeps 32 columns. SGDN_CUDA_REC_WG=0 keeps mma.sync for 64 columns, =1 takes 64 columns with wgmma
-// also where 32 would be chosen (measuring aids).
-bool recurrence_wgmma(int columns) {
-  const int forced = measuring_switch("SGDN_CUDA_REC_WG");
-  return forced == 1 || (forced != 0 && columns == 64);
-}
-// Whether the 32-column 8-warp recurrence blocks compute an event's two products as warpgroup products
-// (wgmma, recurrence_tc_kernel's Wg: W Sb as one m64n32 product on warps 0-3, operands read once for the
-// warpgroup; Kᵀ Vh with each warpgroup's 64 state rows as the accumulator) rather than as every warp's
-// mma.sync tiles (each warp reading its own copy of Sb's and Vh's fragments): yes, unless v goes to memory
-// (only forced at 32 columns). Measured (2026-12-01 13:18Z-13:20Z, one call, ms, sparse-default, mma.sync /
-// warpgroup twice): 16K 0.540 / 0.529, 0.530; 32K 1.045 / 1.019, 1.026; 128K 4.124 / 4.025, 4.049;
-// capped 0.4 at 128K 3.735 / 3.612, 3.608. SGDN_CUDA_REC_WG32=0 keeps mma.sync (a measuring aid; with it the
-// 32-column dense blocks go back to 4 warps, see recurrence_warps).
-bool recurrence_wg32(int columns, int warps, bool v_out) {
-  if (columns != 32 || warps != 8 || v_out) return false;
-  return measuring_switch("SGDN_CUDA_REC_WG32") != 0;
-}
-// V columns per tensor-core recurrence block: 32 while the 32-column blocks fit one per multiprocessor (B =
-// 1: each chain's event is shortest), else 64 (packed batches: half the blocks, and half the copies of W and
-// K through L2 per column); but 32 for a sparse selector with G = 1 while two 32-column blocks per
-// multiprocessor hold them all (2 x 16K: the 32-column warpgroup-product blocks with 2 copy stages, 0.900 ms
-// against 0.920 and 0.922 with 64 columns, 0.977 with 3 stages; 2026-12-01 13:32Z, sparse-default). The
-// dense selector's packed runs keep 64 (their one-pass kernels, fused_warpgroups). (One sequence of 64 heads
-// has as many blocks and takes the same; measured only at 2 x 16K.) SGDN_CUDA_REC_WIDE=0 or 1
-// forces 32 or 64, SGDN_CUDA_REC_WG=1 forces 64 (measuring aids; the latter wins).
+// ---------------------------------------------------------------------------------------------------------
+// The plan: which form of each tensor-core stage runs for which shape, one reason each. A lone sequence's
+// forward is bounded by its busiest chain's latency, a packed batch's by the multiprocessors' throughput.
+
+// V columns per recurrence block: 32 (recurrence_tc_kernel, 8 warps issuing warpgroup products) while those
+// blocks fit one per multiprocessor, or two for a sparse selector with G = 1: the shortest event of a chain;
+// else 64 (recurrence_wg_kernel): half the blocks, half the copies of W and K through L2 per column.
 int recurrence_columns(const Problem& p, int multiprocessors) {
-  if (measuring_switch("SGDN_CUDA_REC_WG") == 1) return 64;
-  const int forced = measuring_switch("SGDN_CUDA_REC_WIDE");
-  if (forced >= 0) return forced ? 64 : 32;
   const int64_t narrow = tc::recurrence_tc_blocks(p);
   if (narrow <= multiprocessors) return 32;
-  const bool sparse_two_per_sm = p.selector != SelectorKind::dense && p.group == 1 &&
-                                 narrow <= int64_t(2) * multiprocessors &&
-                                 measuring_switch("SGDN_CUDA_REC_WG32") != 0;
+  const bool sparse_two_per_sm =
+      p.selector != SelectorKind::dense && p.group == 1 && narrow <= int64_t(2) * multiprocessors;
   return sparse_two_per_sm ? 32 : 64;
 }
-// Copy stages of the tensor-core recurrence: 2 for the dense selector (all chains equally long, so the
-// multiprocessors' throughput counts and an output block fits beside each recurrence block); 3 for the sparse
-// ones, where the busiest chain is the critical path and runs alone on its multiprocessor (a sparse selector
-// that happens to keep every event, such as head_budget at rho 1, gets 3 as well), unless the recurrence has
-// more blocks than that leaves room for (a packed batch), where the blocks' throughput counts again and two
-// stages let all of them run at once: more than one 32-column block per multiprocessor (measured at 4 x 8K:
-// 1.217 ms with 2 stages, 1.285 with 3; at 2 x 16K, 256 blocks, 3 were faster with mma.sync blocks, 2 are
-// with the warpgroup-product blocks of v41, see recurrence_columns) or more than one 64-column
-// block (4 x 8K, 256 blocks: 1.197 / 1.198 ms with 3, 1.159 / 1.160 with 2; 3 leave them two waves, the later
-// sequences' output blocks waiting for the second). And 2 with G = 1 where the selector itself bounds every
-// chain at kShortChain of the sequence's chunks or less (topk, stride and random at rho <= kShortChain,
-// head_budget with max_fraction <= kShortChain): the busiest chain is then shorter than the work of the
-// middle phase, which the output blocks beside the recurrence blocks finish sooner (measured, v39, ms at 16K
-// / 32K / 128K: max_fraction 0.4 0.542 / 1.012 / 3.894 → 0.515 / 0.948 / 3.680, 0.5 0.539 / 0.998 / 3.895 →
-// 0.519 / 0.954 / 3.706, topk at rho 0.29 0.531 / 0.994 / 3.889 → 0.509 / 0.932 / 3.672; at max_fraction
-// 0.67 2 stages were slower, 1.003 → 1.088 at 32K). (G > 1: no output block fits beside one, see
-// output_tc_smem.)
-// The 32-column warpgroup-product blocks (recurrence_wg32) take 4 where 3 would be chosen: the chain alone at
-// 32K waited ~340 cycles per event for the next stage's copies with 3 (two events in flight), ~125 with 4,
-// and took 1 183 000 → 1 058 000 cycles (the trace build, with the snapshot's copy issued before the next
-// event's); forwards side by side (2026-12-01 15:26Z-15:29Z, ms, sparse-default 16K / 32K / 128K, 3 stages /
-// 4): 0.531 / 0.525, 1.026 / 1.020, 4.055 / 3.981; with the snapshot first 0.524 / 0.526, 1.011
-// / 1.008, 4.028 / 3.978. SGDN_CUDA_REC_STAGES=2 or 3 (or 4, for those blocks) overrides it (a measuring
-// aid).
+// A selector whose every chain holds at most this fraction of its sequence's chunks counts as
+// throughput-bound.
 constexpr double kShortChain = 0.5;
 // The most of a sequence's chunks that one unit's chain can hold, as the selector's settings bound it.
 double chain_bound(const Problem& p) {
@@ -4042,189 +3908,53 @@ double chain_bound(const Problem& p) {
       return 1.0;
   }
 }
-int recurrence_stages(const Problem& p, int multiprocessors, int columns, bool wg32) {
-  const int forced = measuring_switch("SGDN_CUDA_REC_STAGES");
-  if (forced == 2 || forced == 3 || (forced == 4 && wg32)) return forced;
-  const int64_t three_stage_limit = multiprocessors;
+// Copy stages of the separate recurrence: 2 where the blocks' throughput counts (the dense selector, chains
+// bounded at kShortChain with G = 1, more blocks than multiprocessors), which leaves room for an output block
+// beside each recurrence block; else enough to keep a lone busy chain fed: 4 at 32 columns, 3 at 64.
+int recurrence_stages(const Problem& p, int multiprocessors, int columns) {
   const bool throughput = p.selector == SelectorKind::dense ||
                           (p.group == 1 && chain_bound(p) <= kShortChain) ||
-                          tc::recurrence_tc_blocks(p, columns) > three_stage_limit;
-  return throughput ? 2 : wg32 ? 4 : 3;
+                          tc::recurrence_tc_blocks(p, columns) > multiprocessors;
+  return throughput ? 2 : columns == 32 ? 4 : 3;
 }
-// Warps per recurrence block: 4 (one per scheduler; warp w owns state rows 32w.. and a 16-row tile of v̂ of
-// all the block's columns), except a sparse selector's 32-column blocks, which keep 8 (two per scheduler;
-// 16 state rows and a 16-row tile of half the columns). Measured (two calls each, ms, 8 / 4 warps): dense 16K
-// 0.763, 0.757 / 0.738, 0.739; 32K 1.471, 1.472 / 1.429, 1.437; 128K 5.817, 5.820 / 5.699, 5.715 (the
-// recurrence alone at 32K, 2 stages, v to memory: 0.927 / 0.891); 64-column blocks: 4 x 8K dense 1.334,
-// 1.331 / 1.308, 1.308, sparse 1.060, 1.052 / 1.043, 1.042; 2 x 16K dense 1.318, 1.317 / 1.296, 1.295,
-// sparse 1.083, 1.079 / 1.083, 1.085. A lone sparse chain of 32 columns (3 stages) is slower with 4: alone at
-// 32K 0.753 / 0.806 ms, forwards 1.197, 1.197 / 1.188, 1.191, 1.202, 1.178 (with 2 stages 1.484, 1.488).
-// Since v41 every 32-column block has 8 warps, as the warpgroup form (recurrence_wg32) needs: the dense
-// selector's too (ms, dense: 32-column 4-warp mma.sync blocks 16K 0.623, 0.622; 32K 1.205, 1.203; 128K
-// 4.851, 4.984 at 13:09Z; 8-warp warpgroup blocks 0.623, 0.621 / 1.202, 1.205 / 4.731, 4.719 at 13:19Z, with
-// 8-warp mma.sync blocks 0.658 / 1.292 / 5.311 in that call). With SGDN_CUDA_REC_WG32=0 the rule before v41
-// holds. SGDN_CUDA_REC_WARPS=4 or 8 forces it (a measuring aid).
-int recurrence_warps(const Problem& p, int columns) {
-  const int forced = measuring_switch("SGDN_CUDA_REC_WARPS");
-  if (forced >= 0) return forced;
-  if (columns == 32 && measuring_switch("SGDN_CUDA_REC_WG32") != 0) return 8;
-  return columns == 32 && p.selector != SelectorKind::dense ? 8 : 4;
-}
-// Whether the tensor-core recurrence leaves each chunk's v = U − W S in U's place for the output stage, which
-// then computes O = scale (e^γ ⊙ (Q S) + A v) instead of recomputing W S: for the dense selector with G = 1
-// (every chunk an event, one chunk per output block), with 64-column recurrence blocks (packed batches:
-// two share a multiprocessor and the outputs follow them; 4 x 8K 1.410 → 1.397, 1.406 → 1.393 ms in two
-// pairs of runs with mma.sync output blocks, 1.125 → 1.116 and 1.129 → 1.109 with the warpgroup ones, v35).
-// Not with 32 columns (B = 1): there the output blocks run beside the chains, and since they are warpgroup
-// blocks (v35) the chain's 5 % for the v stores costs more than the outputs save (dense 16K 0.662 → 0.639,
-// 32K 1.310 → 1.241 ms; with the mma.sync output blocks it had paid, 32K 0.926 → 0.976 ms of chain for
-// outputs 0.590 → 0.528, forwards 0.5-1 % faster). SGDN_CUDA_V_THROUGH=0 or 1 forces it off or on for the
-// dense selector with G = 1 (a measuring aid). (Since v40 those packed runs compute their outputs in the
-// recurrence's pass, see fused_warpgroups; this path remains for SGDN_CUDA_FUSED=0 and the mma.sync blocks.)
-bool v_through_memory(const Problem& p, int columns) {
-  if (p.selector != SelectorKind::dense || p.group != 1) return false;
-  const int forced = measuring_switch("SGDN_CUDA_V_THROUGH");
-  if (forced >= 0) return forced == 1;
-  return columns == 64;
-}
-// Whether the tensor-core output blocks compute with warpgroup products (wgmma, operands in sw128 tiles:
-// output_wg_kernel) rather than mma.sync: with G = 1, the only form they have. Measured: see
-// experiments/perf/NOTES.md, v35. SGDN_CUDA_OUT_WG=0 keeps mma.sync (a measuring aid).
-bool output_wgmma(const Problem& p) {
-  return p.group == 1 && measuring_switch("SGDN_CUDA_OUT_WG") != 0;
-}
-// One output kernel by its form: Wg, the warpgroup one (with tensor copies where Tma), else mma.sync.
-template <bool Wg, class Out, bool VIn, bool Runs, bool Tma>
-auto output_kernel() {
-  if constexpr (Wg)
-    return tc::output_wg_kernel<Out, VIn, Runs, Tma>;
-  else
-    return tc::output_tc_kernel<Out, VIn, Runs>;
-}
-// The output kernel for the output dtype, v read from the recurrence (VIn) or runs of chunks, its tiles by
-// tensor copies or not. The warpgroup blocks without VIn take them by tensor copies except a dense
-// selector's (one chunk each, beside the chains at B = 1), which measured faster with cp.async: side by side
-// against cp.async (v49, ms): sparse runs 4 x 8K 0.844 → 0.822, 0.831, 2 x 16K 0.869 → 0.852, 0.868, B = 1
-// within the spread; the dense blocks 0.8-1.3 % slower by the speedup (16K 1.561 → 1.539-1.550, 32K 1.629 →
-// 1.614-1.620); the sparse blocks of one chunk (4K, 8K) in the results files 1.62x / 1.78x without (v50),
-// 1.66x / 1.81x with (v49).
-template <bool Wg>
-auto output_variant(bool out_bf16, bool v_in, bool runs, bool dense) {
-  constexpr bool kCopies = Wg;  // tensor copies where the form has them
-  if (v_in)
-    return out_bf16 ? output_kernel<Wg, __nv_bfloat16, true, false, false>()
-                    : output_kernel<Wg, float, true, false, false>();
-  if (runs)
-    return out_bf16 ? output_kernel<Wg, __nv_bfloat16, false, true, kCopies>()
-                    : output_kernel<Wg, float, false, true, kCopies>();
-  if (!dense)
-    return out_bf16 ? output_kernel<Wg, __nv_bfloat16, false, false, kCopies>()
-                    : output_kernel<Wg, float, false, false, kCopies>();
-  return out_bf16 ? output_kernel<Wg, __nv_bfloat16, false, false, false>()
-                  : output_kernel<Wg, float, false, false, false>();
-}
-// Chunks per output block of the tensor-core path with G = 1 and a sparse selector (the dense one with G = 1
-// reads v from the recurrence, one chunk per block): each block takes a run of chunks, each from its own
-// start state (G = 1 all the same), so that the chunks after a skipped one reuse the snapshot already in
-// shared memory and the block's start (its table entry, records and flags) is paid once per run. Runs of 4
-// where that still leaves at least 16 blocks per multiprocessor (8 waves of two), else runs of 2 where that
-// leaves at least 4 (two waves), else 1: fewer, longer blocks end more unevenly. (Until v53 runs of 2 also
-// asked for 16 blocks per multiprocessor, which left 4K and 8K with runs of 1; with the warpgroup blocks and
-// their tensor copies, runs of 1 / 2 / 4, sparse-default, 2026-12-02 09:05Z, median of 3 rounds, ms: 4K
-// 0.1513 / 0.1502 / 0.1568, 8K 0.2709 / 0.2604 / 0.2672, and 0.2754 / 0.2651 / 0.2714 in the call before; 16K
-// 0.5042 / 0.4806 / 0.4860, 2 x 16K 0.9207 / 0.8730 / 0.8551.) Measured with the mma.sync output blocks
-// (sparse-default, two calls each, ms, runs of 1 / 2 / 4): 16K 0.636 / 0.620 / 0.630, 32K 1.230 / 1.200
-// / 1.194, 128K 4.84 / 4.69-4.72 / 4.63-4.64, 4 x 8K 1.126 / 1.090-1.102 / 1.074, 2 x 16K 1.155 / 1.118-1.129
-// / 1.103-1.110. From v36 to v45 one sequence under a selector whose busiest chain may hold every chunk
-// (head_budget without a cap, threshold) took runs of 1, so that the outputs of the chain's last chunks
-// followed it sooner (sparse-default, 2026-12-01 03:27Z, runs of 1 / 2 / 4: 32K 1.065 / 1.081 / 1.075). Since
-// the chain and the pre-pass got shorter the outputs' work counts there too: runs of 1 / 2 / 4,
-// sparse-default, 2026-12-01 21:15Z-21:16Z, ms: 16K 0.510 / 0.500 / 0.502, 32K 0.983 / 0.954 / 0.947,
-// 64K 1.939 / 1.879 / 1.868, 128K 3.842 / 3.712 / 3.667 (this rule: 2 at 16K, 4 from 32K on). Bounded chains
-// had kept the runs (head_budget capped at 0.4, 03:51Z, runs of 1 / 4: 32K 1.168 / 1.118, 128K 4.290 / 4.096
-// ms). Runs of 8 were slower everywhere (sparse-default, 2026-12-02 12:02Z, median of 3 rounds, ms, the rule
-// / 4 / 8: 2 x 16K 0.8043 / 0.8035 / 0.8196, 4 x 8K 0.7710 / 0.7757 / 0.7935, 32K 0.8814 / 0.8835 / 0.8958,
-// 128K 3.394 / 3.397 / 3.423; 16K 0.4606 (2) / 0.4693 / 0.4791). SGDN_CUDA_OUT_RUN=1|2|4|8 forces it (a
-// measuring aid).
+// Chunks per output block with G = 1 and a sparse selector (each chunk from its own start state): runs of 4
+// where that leaves at least 16 blocks per multiprocessor, of 2 where it leaves 4, else 1, so that the
+// chunks after a skipped one reuse the snapshot in shared memory and a block's start is paid once per run.
 int output_run(const Problem& p, int multiprocessors) {
   if (!p.uses_tensor_cores() || p.group != 1 || p.selector == SelectorKind::dense) return 1;
-  const int forced = measuring_switch("SGDN_CUDA_OUT_RUN");
-  if (forced >= 0) return forced;
   const int64_t blocks_of_one = p.max_chunks() * p.v_heads, enough = int64_t(16) * multiprocessors;
   return blocks_of_one >= 4 * enough ? 4 : blocks_of_one >= 2 * 4 * int64_t(multiprocessors) ? 2 : 1;
 }
+// A sequence's last chunks that the output stage takes one per block where it takes runs (group_split): the
+// run that holds the last chunk would otherwise end after the chain does.
+constexpr int kOutputTail = 1;
 
-// How many of a sequence's last chunks the output stage takes one per block where it takes runs
-// (group_split). One: side by side with none (2026-12-02 08:11Z, sparse-default, ms) 16K 0.4806 → 0.4796, 2 x
-// 16K 0.8528 → 0.8476, 4 x 8K 0.8194 → 0.8168, 128K 3.595 → 3.573, 32K unchanged; two, four and eight: 4 x 8K
-// 0.845-0.864, 2 x 16K 0.850-0.856, 128K 3.65-3.71 (16K 0.478-0.480). SGDN_CUDA_OUT_TAIL=0-9 sets it (a
-// measuring aid).
-int output_tail() {
-  const int forced = measuring_switch("SGDN_CUDA_OUT_TAIL");
-  return forced >= 0 ? forced : 1;
-}
-
-// The recurrence and output kernels of the tensor-core path without the one-pass form (fused_warpgroups 0),
-// as forward() launches them: from the problem, the multiprocessors, the recurrence's columns and whether v
-// goes through memory.
-struct SeparateStages {
-  tc::RecurrenceVariant recurrence;
-  bool recurrence_wg;  // recurrence_wg_kernel (64-column warpgroup blocks), else recurrence_tc_kernel
-  int stages;
-  void (*output)(OutputArgs, const __nv_bfloat16*, const __nv_bfloat16*, tc::RecTmaMaps);
-  bool output_wg;  // output_wg_kernel, else output_tc_kernel
-  size_t output_smem;
+// The dense selector's one-pass forms (recurrence and outputs in one kernel), taken where the 64-column
+// recurrence would run (G = 1, packed batches), so that neither v nor the state goes through memory.
+enum class Fused {
+  none,
+  two_warpgroups,    // recurrence_out_wg_kernel, 128 columns on two warpgroups: more blocks than one wave
+  warp_specialised,  // recurrence_out_ws_kernel, 64 columns, chain and outputs on two warpgroups: one wave
 };
-SeparateStages separate_stages(const Problem& p, int multiprocessors, int rec_columns, bool v_in_u) {
-  SeparateStages k{};
-  k.recurrence_wg = recurrence_wgmma(rec_columns);
-  const int rec_warps = recurrence_warps(p, rec_columns);
-  const bool wg32 = recurrence_wg32(rec_columns, rec_warps, v_in_u);
-  k.stages = recurrence_stages(p, multiprocessors, rec_columns, wg32);
-  k.recurrence = tc::recurrence_tc_variant(k.stages, v_in_u, rec_columns, rec_warps, k.recurrence_wg, wg32);
-  k.output_wg = output_wgmma(p);
-  k.output_smem = tc::output_tc_smem(p.group > 1, k.output_wg);
-  const bool out_bf16 = p.output_dtype == DType::bfloat16;
-  const bool runs = output_run(p, multiprocessors) > 1, dense = p.selector == SelectorKind::dense;
-  k.output = k.output_wg ? output_variant<true>(out_bf16, v_in_u, runs, dense)
-                         : output_variant<false>(out_bf16, v_in_u, runs, dense);
-  return k;
+Fused fused_form(const Problem& p, int multiprocessors, int columns) {
+  if (!p.uses_tensor_cores() || p.selector != SelectorKind::dense || p.group != 1 || columns != 64)
+    return Fused::none;
+  return tc::recurrence_tc_blocks(p, 64) > multiprocessors ? Fused::two_warpgroups : Fused::warp_specialised;
 }
-// Whether the dense selector's recurrence computes the outputs in the same pass, and in which form: 0 no (the
-// separate stages), 1 or 2 recurrence_out_wg_kernel with that many warpgroups per block (64 or 128 columns),
-// 3 recurrence_out_ws_kernel (64 columns, the chain and the outputs on two warpgroups). Where the 64-column
-// warpgroup recurrence blocks would be chosen (G = 1, more 32-column blocks than multiprocessors: packed
-// batches), the separate stages moved each chunk's v and state through memory from one to the other, and
-// the outputs mostly followed the recurrence (at 4 x 8K its blocks fill every multiprocessor); in one pass
-// neither happens. One block per multiprocessor: the warp-specialised 64-column blocks while they fit in one
-// wave (2 x 16K: 1.122, 1.124 → 1.017, 1.017 ms), else 128 columns on two warpgroups (4 x 8K: 1.111, 1.115
-// → 0.966, 0.974; with 64 columns they would take two waves). 64 columns on one warpgroup, which has the
-// chain wait on the output's products, was slower than the separate stages (2 x 16K 1.220, 1.213 against
-// 1.122, 1.110). B = 1 keeps its 32-column chains with the output blocks beside them. Measured 2026-12-01
-// 11:28Z-11:39Z, dense, ms. SGDN_CUDA_FUSED=0 keeps the separate stages, 1, 2 or 3 forces that form wherever
-// the dense selector has G = 1 on tensor cores (measuring aids and tests).
-int fused_warpgroups(const Problem& p, int multiprocessors, int columns) {
-  if (!p.uses_tensor_cores() || p.selector != SelectorKind::dense || p.group != 1) return 0;
-  const int forced = measuring_switch("SGDN_CUDA_FUSED");
-  if (forced >= 0) return forced;
-  if (columns != 64 || !recurrence_wgmma(columns)) return 0;
-  return tc::recurrence_tc_blocks(p, 64) > multiprocessors ? 2 : 3;
-}
-// The tensor-core path's kernels for problem p: the recurrence's columns, the one-pass form
-// (fused_warpgroups), whether v goes through memory, and without the one-pass form the separate recurrence
-// and output kernels. forward() launches these, and stage_registers reads their registers.
+
+// The tensor-core path's forms for problem p: forward() launches them, stage_registers reads their registers.
 struct TcPlan {
-  int rec_columns = 0;
-  int fused = 0;
-  bool v_in_u = false;
-  SeparateStages separate{};  // fused == 0 only
+  int rec_columns = 0;        // recurrence_columns
+  Fused fused = Fused::none;  // fused_form
+  int stages = 0;             // recurrence_stages, without a one-pass form
+  int output_run = 1;         // output_run
 };
 TcPlan tc_plan(const Problem& p, int multiprocessors) {
   TcPlan t;
   t.rec_columns = recurrence_columns(p, multiprocessors);
-  t.fused = fused_warpgroups(p, multiprocessors, t.rec_columns);
-  t.v_in_u = !t.fused && v_through_memory(p, t.rec_columns);
-  if (!t.fused) t.separate = separate_stages(p, multiprocessors, t.rec_columns, t.v_in_u);
+  t.fused = fused_form(p, multiprocessors, t.rec_columns);
+  t.stages = recurrence_stages(p, multiprocessors, t.rec_columns);
+  t.output_run = output_run(p, multiprocessors);
   return t;
 }
 // Launches `kernel` (named `name` in errors) with its dynamic shared memory. early: programmatic dependent
@@ -4238,7 +3968,6 @@ TcPlan tc_plan(const Problem& p, int multiprocessors) {
 // recurrence leaves free (the recurrence never waits on it, so no launch order can deadlock). With a sparse
 // selector on the tensor-core path the mask expansion comes between them without waiting for the recurrence
 // (see expand_mask_kernel).
-// SGDN_CUDA_SERIAL_OUTPUTS=1 launches every kernel plainly (a measuring aid).
 template <class... Params, class... Args>
 std::string launch_kernel(const char* name, void (*kernel)(Params...), dim3 grid, int threads, size_t smem,
                           cudaStream_t stream, bool early, Args... args) {
@@ -4255,7 +3984,7 @@ std::string launch_kernel(const char* name, void (*kernel)(Params...), dim3 grid
   config.dynamicSmemBytes = smem;
   config.stream = stream;
   config.attrs = &overlap;
-  config.numAttrs = early && measuring_switch("SGDN_CUDA_SERIAL_OUTPUTS") != 1 ? 1 : 0;
+  config.numAttrs = early ? 1 : 0;
   if (cudaError_t status = cudaLaunchKernelEx(&config, kernel, args...); status != cudaSuccess)
     return std::string("CUDA error launching ") + name + ": " + cudaGetErrorString(status);
   return {};
@@ -4275,43 +4004,6 @@ std::string launch_output(const Problem& p, const OutputArgs& args, dim3 grid, c
   return launch_kernel("output_kernel", output_kernel<In, Out>, grid, kThreads, output_smem(p), stream, false,
                        args);
 }
-
-// With SGDN_CUDA_STAGE_TIMING=1 in the environment, forward() records an event after each stage and prints
-// the stage times to stderr at the end (synchronising: a measuring aid for issue 5, never on by default).
-class StageTimer {
- public:
-  explicit StageTimer(cudaStream_t stream) : stream_(stream) {
-    enabled_ = measuring_switch("SGDN_CUDA_STAGE_TIMING") == 1;
-    mark("start");
-  }
-  void mark(const char* name) {
-    if (!enabled_ || count_ >= kMax) return;
-    cudaEventCreate(&events_[count_]);
-    cudaEventRecord(events_[count_], stream_);
-    names_[count_++] = name;
-  }
-  ~StageTimer() {
-    if (!enabled_) return;
-    cudaEventSynchronize(events_[count_ - 1]);
-    float total = 0.f;
-    for (int i = 1; i < count_; ++i) {
-      float ms = 0.f;
-      cudaEventElapsedTime(&ms, events_[i - 1], events_[i]);
-      total += ms;
-      std::fprintf(stderr, "sgdn_cuda stage %-12s %9.3f ms\n", names_[i], ms);
-    }
-    std::fprintf(stderr, "sgdn_cuda stage %-12s %9.3f ms\n", "total", total);
-    for (int i = 0; i < count_; ++i) cudaEventDestroy(events_[i]);
-  }
-
- private:
-  static constexpr int kMax = 8;
-  cudaStream_t stream_;
-  bool enabled_ = false;
-  int count_ = 0;
-  cudaEvent_t events_[kMax];
-  const char* names_[kMax];
-};
 
 }  // namespace
 
@@ -4413,7 +4105,6 @@ std::string forward(const Problem& p, const DeviceTensors& t, void* workspace, s
   float* head_score = t.event_score ? t.event_score : ws.head_score;
   int32_t* budget = t.budget ? t.budget : ws.budget;
 
-  StageTimer timer(stream);
   // 1. chunk table
   const int32_t* cu = t.cu_seqlens;  // null: one sequence of all the tokens
   if (!cu && S != 1) return "cu_seqlens is required when num_seqs > 1";
@@ -4426,7 +4117,7 @@ std::string forward(const Problem& p, const DeviceTensors& t, void* workspace, s
   const int run = output_run(p, sms);
   const bool chunk_runs = run > 1;
   const int out_group = chunk_runs ? run : int(p.group);
-  const int out_tail = chunk_runs ? output_tail() : 0;
+  const int out_tail = chunk_runs ? kOutputTail : 0;
   // Only the selectors that mark some events keep a unit mask; the tensor-core stages' flags start at zero.
   const bool dense = p.selector == SelectorKind::dense;
   TableArgs table{cu,
@@ -4469,7 +4160,6 @@ std::string forward(const Problem& p, const DeviceTensors& t, void* workspace, s
   if (dense)
     if (std::string e = expand_mask(nullptr, no_scores ? head_score : nullptr, nullptr); !e.empty()) return e;
 
-  timer.mark("table");
   // 2. pre-pass
   // update_norm is the statistic itself: the pre-pass writes it as the head scores.
   float* const statistic = p.score == ScoreKind::update_norm ? head_score : ws.statistic;
@@ -4494,8 +4184,8 @@ std::string forward(const Problem& p, const DeviceTensors& t, void* workspace, s
                    statistic};
   const dim3 chunk_grid{unsigned(nmax), unsigned(HV), 1u};
   const TcPlan plan = use_tc ? tc_plan(p, sms) : TcPlan{};
-  const int rec_columns = plan.rec_columns, fused = plan.fused;
-  const SeparateStages& stage_kernels = plan.separate;
+  const int rec_columns = plan.rec_columns;
+  const Fused fused = plan.fused;
   auto* u_tc = reinterpret_cast<__nv_bfloat16*>(ws.u);
   auto* w_tc = reinterpret_cast<__nv_bfloat16*>(ws.w);
   std::string err;
@@ -4507,12 +4197,9 @@ std::string forward(const Problem& p, const DeviceTensors& t, void* workspace, s
                            p.qk_heads, HV, rec_columns, reinterpret_cast<const __nv_bfloat16*>(ws.snapshots),
                            (nmax + S) * HV);
     if (!err.empty()) return err;
-    // The pre-pass's L2 prefetch: one wave of blocks ahead (four per multiprocessor), in chunks. The pre-pass
-    // under ncu at 16K, µs, dense; sparse: none 199-200; 225-227, one wave ahead 198-201; 221-226, two
-    // 202-204; 230-232, three 203-205; 228-230 (2026-12-02 02:52Z-02:58Z). SGDN_CUDA_PREP_PREFETCH=0 turns it
-    // off, 2-9 reach that many waves ahead (a measuring aid).
-    const int waves = measuring_switch("SGDN_CUDA_PREP_PREFETCH");
-    prep.prefetch_ahead = (waves < 0 ? 1 : waves) * ((int64_t(4) * sms + HV - 1) / HV);
+    // The pre-pass's L2 prefetch: one wave of blocks ahead (four per multiprocessor), in chunks (no prefetch,
+    // or two or three waves ahead, measured slower).
+    prep.prefetch_ahead = (int64_t(4) * sms + HV - 1) / HV;
     prep.l_blocks = l_block_bits(prep.block, prep.band);
     const auto prep_kernel = prep.want_statistic ? tc::prepare_tc_kernel<true> : tc::prepare_tc_kernel<false>;
     err = launch_kernel("prepare_tc_kernel", prep_kernel, dim3(unsigned(nmax * HV)), tc::kPrepThreads,
@@ -4522,7 +4209,6 @@ std::string forward(const Problem& p, const DeviceTensors& t, void* workspace, s
                : launch_prepare<float>(p, prep, chunk_grid, stream);
   if (!err.empty()) return err;
 
-  timer.mark("prepare");
   // 3. scores: survival's, the zero scores of a sparse selector without a score (the dense one's came with
   // its mask), and the unit scores that topk, threshold and head_budget with a floor or cap read.
   // update_norm's head scores are the pre-pass's statistic, written in place; head_budget without floor or
@@ -4541,7 +4227,6 @@ std::string forward(const Problem& p, const DeviceTensors& t, void* workspace, s
     if (!err.empty()) return err;
   }
 
-  timer.mark("scores");
   // 4. selection
   const int tie_bits = key_tie_bits(p);
   switch (p.selector) {
@@ -4578,10 +4263,9 @@ std::string forward(const Problem& p, const DeviceTensors& t, void* workspace, s
       }
       {
         // The longest sequence's unit scores in shared memory (4 bytes an event) where they fit, else in the
-        // keys' workspace (SGDN_CUDA_SELECT_GLOBAL=1 forces that, for the tests).
+        // keys' workspace.
         const size_t bits_bytes = size_t(p.max_chunks()) * size_t(units) * 4;
-        const bool in_shared =
-            bits_bytes <= kSelectSharedBytes && measuring_switch("SGDN_CUDA_SELECT_GLOBAL") != 1;
+        const bool in_shared = bits_bytes <= kSelectSharedBytes;
         err = launch_kernel("select_budget_kernel",
                             plain_budget ? select_budget_kernel<false> : select_budget_kernel<true>,
                             dim3(unsigned(S)), 1024, in_shared ? bits_bytes : 0, stream, true,
@@ -4603,7 +4287,6 @@ std::string forward(const Problem& p, const DeviceTensors& t, void* workspace, s
   if (!dense && !expand_beside)
     if (std::string e = expand_mask(ws.unit_mask, nullptr, nullptr); !e.empty()) return e;
 
-  timer.mark("selection");
   // The output stage's arguments (read by the recurrence too where it computes the outputs).
   OutputArgs out{t.q,
                  t.k,
@@ -4654,33 +4337,29 @@ std::string forward(const Problem& p, const DeviceTensors& t, void* workspace, s
     out.records_done = ws.records_done;
     out.records_expected = int32_t(S * HV);
   }
-  if (fused) {
+  if (fused != Fused::none) {
     using tc::recurrence_out_wg_kernel, tc::recurrence_out_ws_kernel;
+    const bool two = fused == Fused::two_warpgroups;
     const auto kernel =
-        fused == 1   ? (out_bf16 ? recurrence_out_wg_kernel<2, 1, __nv_bfloat16>
-                                 : recurrence_out_wg_kernel<2, 1, float>)
-        : fused == 2 ? (out_bf16 ? recurrence_out_wg_kernel<2, 2, __nv_bfloat16>
-                                 : recurrence_out_wg_kernel<2, 2, float>)
-                     : (out_bf16 ? recurrence_out_ws_kernel<__nv_bfloat16> : recurrence_out_ws_kernel<float>);
-    const size_t smem = fused == 2 ? tc::fused_smem_bytes<2, 2>() : tc::fused_smem_bytes<2, 1>();
-    const int columns = fused == 2 ? 128 : 64;
-    err = launch_kernel(fused == 3 ? "recurrence_out_ws_kernel" : "recurrence_out_wg_kernel", kernel,
-                        dim3(unsigned(tc::recurrence_tc_blocks(p, columns))), fused == 1 ? 128 : 256, smem,
-                        stream, true, rec, out, u_tc, w_tc);
+        two ? (out_bf16 ? recurrence_out_wg_kernel<2, 2, __nv_bfloat16>
+                        : recurrence_out_wg_kernel<2, 2, float>)
+            : (out_bf16 ? recurrence_out_ws_kernel<__nv_bfloat16> : recurrence_out_ws_kernel<float>);
+    const size_t smem = two ? tc::fused_smem_bytes<2, 2>() : tc::fused_smem_bytes<2, 1>();
+    err = launch_kernel(two ? "recurrence_out_wg_kernel" : "recurrence_out_ws_kernel", kernel,
+                        dim3(unsigned(tc::recurrence_tc_blocks(p, two ? 128 : 64))), 256, smem, stream, true,
+                        rec, out, u_tc, w_tc);
   } else if (use_tc) {
     const dim3 grid{unsigned(tc::recurrence_tc_blocks(p, rec_columns))};
-    const auto [rec_kernel, rec_smem, rec_threads] = stage_kernels.recurrence;
+    const tc::RecurrenceKernel k = tc::recurrence_kernel_for(rec_columns, plan.stages);
     // A multiprocessor that runs a 2-stage recurrence block keeps all of its shared memory (228 KB)
     // configured, so that an output block fits beside it; left alone, the driver configures the least that
     // holds two recurrence blocks (196 KB), and the output block (112 KB) would wait for the recurrence to
     // leave. (Beside a 3-stage block none fits either way, and the default measured faster there.)
-    if (stage_kernels.stages == 2)
-      SGDN_TRY_CUDA(cudaFuncSetAttribute(rec_kernel, cudaFuncAttributePreferredSharedMemoryCarveout,
+    if (plan.stages == 2)
+      SGDN_TRY_CUDA(cudaFuncSetAttribute(k.kernel, cudaFuncAttributePreferredSharedMemoryCarveout,
                                          int(cudaSharedmemCarveoutMaxShared)));
-    // (The warpgroup blocks copy with cp.async and leave the maps unread.)
-    // (Which kernel by its own flag, recurrence_wgmma, not by its thread count.)
-    err = launch_kernel(stage_kernels.recurrence_wg ? "recurrence_wg_kernel" : "recurrence_tc_kernel",
-                        rec_kernel, grid, rec_threads, rec_smem, stream, true, rec, u_tc, w_tc, maps);
+    // (The 64-column blocks copy with cp.async and leave the maps unread.)
+    err = launch_kernel(k.name, k.kernel, grid, k.threads, k.smem, stream, true, rec, u_tc, w_tc, maps);
   } else {
     const dim3 rec_grid{unsigned(S), unsigned(HV), unsigned(vtiles)};
     err = bf16 ? launch_recurrence<__nv_bfloat16>(p, rec, rec_grid, stream)
@@ -4690,14 +4369,9 @@ std::string forward(const Problem& p, const DeviceTensors& t, void* workspace, s
   if (expand_beside)
     if (std::string e = expand_mask(ws.unit_mask, nullptr, ws.records_done); !e.empty()) return e;
 
-#ifdef SGDN_TRACE_CHAIN
-  if (use_tc && !fused)
-    tc::trace_print_kernel<<<1, 1, 0, stream>>>(int(tc::recurrence_tc_blocks(p, rec_columns)));
-#endif
-  timer.mark("recurrence");
   // 6. outputs
   const dim3 out_grid{unsigned(nmax), unsigned(HV), unsigned(vtiles)};
-  if (fused) {
+  if (fused != Fused::none) {
     // computed with the recurrence
   } else if (use_tc) {
     // Groups of g = out_group chunks, a sequence's last `out_tail` one each: at most Σ ceil(n_s / g) + S tail
@@ -4705,62 +4379,15 @@ std::string forward(const Problem& p, const DeviceTensors& t, void* workspace, s
     const int64_t groups =
         std::min<int64_t>(nmax, (nmax + S * (out_group - 1) + out_group - 1) / out_group + S * out_tail);
     const dim3 grid{unsigned(groups * HV), 1u, 1u};
-    err =
-        launch_kernel(stage_kernels.output_wg ? "output_wg_kernel" : "output_tc_kernel", stage_kernels.output,
-                      grid, tc::kOutThreads, stage_kernels.output_smem, stream, true, out, u_tc, w_tc, maps);
+    const tc::OutputKernel k = tc::output_kernel_for(p, run);
+    err = launch_kernel(k.name, k.kernel, grid, k.threads, k.smem, stream, true, out, u_tc, w_tc, maps);
   } else if (bf16)
     err = out_bf16 ? launch_output<__nv_bfloat16, __nv_bfloat16>(p, out, out_grid, stream)
                    : launch_output<__nv_bfloat16, float>(p, out, out_grid, stream);
   else
     err = out_bf16 ? launch_output<float, __nv_bfloat16>(p, out, out_grid, stream)
                    : launch_output<float, float>(p, out, out_grid, stream);
-  timer.mark("outputs");
   return err;
-}
-
-// The measuring aids (measuring_switch, gdn_device.h): environment variables holding one digit, each with the
-// digits it takes (the one list of them: the call sites take any value it returns). Unset reads as -1 (the
-// rule). A value it does not take also reads as -1, and is named on
-// stderr once, so that a sweep cannot take the rule for the value it meant to measure. (A value a switch
-// takes may still be the rule where its call site does not apply it: SGDN_CUDA_REC_STAGES=4 only for the
-// 32-column warpgroup blocks, see recurrence_stages.)
-namespace {
-struct MeasuringSwitch {
-  const char* name;
-  const char* digits;  // the values it takes
-};
-constexpr MeasuringSwitch kMeasuringSwitches[] = {
-    {"SGDN_CUDA_STAGE_TIMING", "01"},
-    {"SGDN_CUDA_SERIAL_OUTPUTS", "01"},
-    {"SGDN_CUDA_REC_STAGES", "234"},
-    {"SGDN_CUDA_REC_WIDE", "01"},
-    {"SGDN_CUDA_V_THROUGH", "01"},
-    {"SGDN_CUDA_REC_WARPS", "48"},
-    {"SGDN_CUDA_OUT_RUN", "1248"},
-    {"SGDN_CUDA_OUT_TAIL", "0123456789"},
-    {"SGDN_CUDA_REC_WG", "01"},
-    {"SGDN_CUDA_REC_WG32", "01"},
-    {"SGDN_CUDA_OUT_WG", "01"},
-    {"SGDN_CUDA_FUSED", "0123"},
-    {"SGDN_CUDA_PREP_PREFETCH", "0123456789"},
-    {"SGDN_CUDA_SELECT_GLOBAL", "01"},
-};
-}  // namespace
-
-int measuring_switch(const char* name) {
-  const char* digits = "";  // a name missing from the table (a call site's typo) takes none
-  for (const MeasuringSwitch& m : kMeasuringSwitches)
-    if (std::strcmp(m.name, name) == 0) digits = m.digits;
-  const char* env = std::getenv(name);
-  if (!env || !env[0]) return -1;
-  if (env[1] == 0 && std::strchr(digits, env[0])) return env[0] - '0';
-  static std::mutex mutex;
-  static std::set<std::string> named;  // each name=value once
-  std::lock_guard<std::mutex> lock(mutex);
-  if (named.insert(std::string(name) + "=" + env).second)
-    std::fprintf(stderr, "sgdn_cuda: ignoring %s=%s (it takes one of the digits \"%s\"); the rule applies\n",
-                 name, env, digits);
-  return -1;
 }
 
 std::string stage_registers(const Problem& p, StageRegisters* r) {
@@ -4770,21 +4397,22 @@ std::string stage_registers(const Problem& p, StageRegisters* r) {
   int sms = 0;
   if (std::string e = multiprocessors(&sms); !e.empty()) return e;
   const TcPlan plan = tc_plan(p, sms);
-  if (plan.fused) return {};
-  const SeparateStages& k = plan.separate;
+  if (plan.fused != Fused::none) return {};
+  const tc::RecurrenceKernel recurrence = tc::recurrence_kernel_for(plan.rec_columns, plan.stages);
+  const tc::OutputKernel output = tc::output_kernel_for(p, plan.output_run);
   cudaFuncAttributes rec{}, out{}, expand{};
-  SGDN_TRY_CUDA(cudaFuncGetAttributes(&rec, k.recurrence.kernel));
-  SGDN_TRY_CUDA(cudaFuncGetAttributes(&out, k.output));
+  SGDN_TRY_CUDA(cudaFuncGetAttributes(&rec, recurrence.kernel));
+  SGDN_TRY_CUDA(cudaFuncGetAttributes(&out, output.kernel));
   SGDN_TRY_CUDA(cudaFuncGetAttributes(&expand, expand_mask_kernel));
   r->separate = true;
-  r->stages = k.stages;
-  r->recurrence_threads = k.recurrence.threads;
+  r->stages = plan.stages;
+  r->recurrence_threads = recurrence.threads;
   r->recurrence_registers = rec.numRegs;
-  r->output_threads = tc::kOutThreads;
+  r->output_threads = output.threads;
   r->output_registers = out.numRegs;
   r->expand_threads = kExpandThreads;
   r->expand_registers = expand.numRegs;
-  r->recurrence_smem = k.recurrence.smem;
+  r->recurrence_smem = recurrence.smem;
   r->expand_smem = expand.sharedSizeBytes;
   return {};
 }
