@@ -21,9 +21,6 @@ namespace {
 // recurrence, and only Q̃ S is left once the state arrives (one product instead of W S, Q S and A v).
 // Warp w: rows 16 (w & 3).., columns 64 (w >> 2)..  With G > 1 the fp32 S_loc is kept in shared memory and
 // updated by S_loc = e^Γ S_loc + Kᵀ (e^{Γ−γ} ⊙ (U − W S)) (warp w: rows 16w.., all 128 columns).
-// VIn (no form the plan picks): the recurrence has left each chunk's v = U − W S in
-// U's place, so the block reads v with the snapshot, once the recurrence has passed, instead of W and U, and
-// computes O = scale (e^γ ⊙ (Q S) + A v): two products after A instead of three.
 struct OutSmem {
   bf16 sb[kD * kLd];
   bf16 q[kC * kLd];  // Q, then Q̃ once A is done, then O (bf16) on its way out
@@ -42,9 +39,9 @@ struct alignas(1024) OutWgSmem {
   bf16 q[kC * kD];   // Q, then Q̃ (each warpgroup its own half), then O (bf16) on its way out
   bf16 k[kC * kD];
   bf16 w[kC * kD];
-  bf16 u[kC * kD];  // U, or v (VIn)
+  bf16 u[kC * kD];
   float gam[kC];
-  uint64_t bar[3];  // the tensor copies of Q, K, γ; of W, U; of the snapshot (not VIn)
+  uint64_t bar[3];  // the tensor copies of Q, K, γ; of W, U; of the snapshot
 };
 
 // Each output block ends here. The last one to finish waits for the grid before it (the recurrence, or the
@@ -67,20 +64,14 @@ __device__ __forceinline__ void store_tile_bf16_in(bf16* dst, At at, int m0, int
           pack_bf16(acc[nt][2 * half], acc[nt][2 * half + 1]);
 }
 
-// Runs (G = 1, not VIn): each block takes a run of a.G chunks (the table's groups), each chunk from its own
+// Runs (G = 1): each block takes a run of a.G chunks (the table's groups), each chunk from its own
 // start state, whose record (snapshot slot, pending decay) is per chunk.
 // The kernels are output_tc_kernel (mma.sync) and output_wg_kernel (the warpgroup form), below.
-template <class Out, bool VIn, bool Runs, bool Wg, bool Tma>
+template <class Out, bool Runs, bool Wg, bool Tma>
 __device__ __forceinline__ void output_tc_block(OutputArgs a, const bf16* u_all, const bf16* w_all,
                                                 const RecTmaMaps& tma) {
-  static_assert(!(VIn && Runs), "v through memory takes one chunk per block");
-  static_assert(!Tma || (Wg && !VIn), "tensor copies only in the warpgroup form without v from memory");
-  // The copies unrolled, except where the blocks run beside a dense recurrence (VIn): issued back to back
-  // there, they slowed the chains beside them by more than the blocks gained (dense 32K 1.44 → 1.50 ms,
-  // packed and sparse runs 1-2 % faster). The warpgroup blocks (Wg) unroll them everywhere: their loop form
-  // spilled 116 bytes at 128 registers (v35), and the B = 1 dense runs beside the chains measured no slower.
-  constexpr bool kUnrolled = !VIn || Wg;
-  constexpr int kUnroll = kUnrolled ? 8 : 1;  // the same for the stores of O
+  static_assert(!Tma || Wg, "tensor copies only in the warpgroup form");
+  constexpr int kUnroll = 8;  // the copies and the stores of O unrolled, issued back to back
   // Tma: the tiles by tensor copies (issued by thread 0, each group completing on its mbarrier, whose phase
   // the block counts), else by every thread's cp.async; see output_kernel_for for where.
   // Blocks in the group table's order (the value heads of one group side by side; a packed batch's sequences
@@ -119,7 +110,7 @@ __device__ __forceinline__ void output_tc_block(OutputArgs a, const bf16* u_all,
   const bf16* kp = static_cast<const bf16*>(a.k);
   Out* op = static_cast<Out*>(a.o);
   // A chunk's own operands (inputs, or written before the recurrence started) in two copy groups: what A
-  // needs (Q, K, γ), then W and U (VIn: one group, v travels with the snapshot).
+  // needs (Q, K, γ), then W and U.
   auto fetch_qk = [&](int64_t c) {
     const auto [t0, len, cslot] = chunk_place(gi, c, kC, a.HV, hv);
     if constexpr (Tma) {
@@ -132,8 +123,8 @@ __device__ __forceinline__ void output_tc_block(OutputArgs a, const bf16* u_all,
       }
       return;
     }
-    copy_rows_at<kOutThreads, kUnrolled>(sm.q, tile_at, qp + (t0 * a.H + h) * kD, int64_t(a.H) * kD, len);
-    copy_rows_at<kOutThreads, kUnrolled>(sm.k, tile_at, kp + (t0 * a.H + h) * kD, int64_t(a.H) * kD, len);
+    copy_rows_at<kOutThreads, true>(sm.q, tile_at, qp + (t0 * a.H + h) * kD, int64_t(a.H) * kD, len);
+    copy_rows_at<kOutThreads, true>(sm.k, tile_at, kp + (t0 * a.H + h) * kD, int64_t(a.H) * kD, len);
     if (threadIdx.x < kC / 4)
       cp_async16(sm.gam + threadIdx.x * 4, a.gamma + cslot * kC + threadIdx.x * 4, true);
     cp_async_commit();
@@ -147,10 +138,10 @@ __device__ __forceinline__ void output_tc_block(OutputArgs a, const bf16* u_all,
         tma_load_tile(sm.w, &tma.w, row, bar);
         tma_load_tile(sm.u, &tma.u_rows, row, bar);
       }
-    } else if constexpr (!VIn) {
+    } else {
       const int64_t cslot = chunk_place(gi, c, kC, a.HV, hv).cslot;
-      copy_rows_at<kOutThreads, kUnrolled>(sm.w, tile_at, w_all + cslot * kC * kD, kD, kC);
-      copy_rows_at<kOutThreads, kUnrolled>(sm.u, tile_at, u_all + cslot * kC * kD, kD, kC);
+      copy_rows_at<kOutThreads, true>(sm.w, tile_at, w_all + cslot * kC * kD, kD, kC);
+      copy_rows_at<kOutThreads, true>(sm.u, tile_at, u_all + cslot * kC * kD, kD, kC);
       cp_async_commit();
     }
   };
@@ -175,7 +166,7 @@ __device__ __forceinline__ void output_tc_block(OutputArgs a, const bf16* u_all,
     }
   };
   if (runs) load_record(first + 1);
-  // The snapshot (bf16, copied as is; VIn: and the chunk's v), written by the recurrence while this grid
+  // The snapshot (bf16, copied as is), written by the recurrence while this grid
   // runs: read through L2 (cp.async.cg, or a tensor copy), never from a multiprocessor's L1, which another
   // block may have filled before the write.
   // (By tensor copy: after the acquire of the flags that said it is there, which a proxy fence orders before
@@ -193,16 +184,13 @@ __device__ __forceinline__ void output_tc_block(OutputArgs a, const bf16* u_all,
       }
       sb_coming = true;
     } else {
-      copy_rows_at<kOutThreads, kUnrolled>(
+      copy_rows_at<kOutThreads, true>(
           sm.sb, state_at, reinterpret_cast<const bf16*>(a.snapshots) + (slot_base + slot) * kD * V, kD, kD,
           kD);
     }
   };
   auto fetch_state = [&]() {
     copy_snapshot(start_slot);
-    if constexpr (VIn)
-      copy_rows_at<kOutThreads, kUnrolled>(
-          sm.u, tile_at, u_all + chunk_place(gi, first, kC, a.HV, hv).cslot * kC * kD, kD, kC);
     cp_async_commit();
   };
   // The flags of the head's four 32-column parts, one thread each: has the recurrence passed this group?
@@ -214,31 +202,24 @@ __device__ __forceinline__ void output_tc_block(OutputArgs a, const bf16* u_all,
     __syncthreads();
   };
   // The first chunk's copy groups, in the order they are committed; `qk_behind` and `wu_behind` count the
-  // groups committed after Q, K, γ's and after W and U's (VIn: after the state's, which brings v), for the
+  // groups committed after Q, K, γ's and after W and U's, for the
   // waits below.
   int qk_behind = 1, wu_behind = 0;
-  if constexpr (VIn) {
-    // Q, K, γ leave before the flags are read (one round trip sooner), then the state and v, which the two
-    // products after A need.
-    fetch_qk(first);
+  // If the recurrence has passed the group, the state is copied first, ahead of the chunk's operands (its
+  // copy would otherwise start last and end after the products that do not need it); if not, the operands
+  // travel while the block waits.
+  const bool ready =
+      __syncthreads_and(threadIdx.x >= kVTiles || acquire_progress(flags + threadIdx.x) > first);
+  if (ready) fetch_state();
+  fetch_qk(first);
+  fetch_wu(first);
+  if (!ready) {
     wait_for_state(first);
     fetch_state();
-  } else {
-    // If the recurrence has passed the group, the state is copied first, ahead of the chunk's operands (its
-    // copy would otherwise start last and end after the products that do not need it); if not, the operands
-    // travel while the block waits.
-    const bool ready =
-        __syncthreads_and(threadIdx.x >= kVTiles || acquire_progress(flags + threadIdx.x) > first);
-    if (ready) fetch_state();
-    fetch_qk(first);
-    fetch_wu(first);
-    if (!ready) {
-      wait_for_state(first);
-      fetch_state();
-    }
-    qk_behind = ready ? 1 : 2;
-    wu_behind = ready ? 0 : 1;
   }
+  qk_behind = ready ? 1 : 2;
+  wu_behind = ready ? 0 : 1;
+
   if (multi) {
     cp_async_wait_all();
     __syncthreads();
@@ -274,7 +255,7 @@ __device__ __forceinline__ void output_tc_block(OutputArgs a, const bf16* u_all,
     }
     // Q, K, γ of this chunk; W and U, and the first chunk's state if committed after them, may still travel.
     // (A later chunk's groups: Q, K, γ, then W and U.)
-    if (c > first && !runs) qk_behind = VIn ? 0 : 1, wu_behind = 0;
+    if (c > first && !runs) qk_behind = 1, wu_behind = 0;
     if constexpr (Tma) {
       mbar_wait(&sm.bar[0], phase_qk);
       phase_qk ^= 1;
@@ -315,7 +296,7 @@ __device__ __forceinline__ void output_tc_block(OutputArgs a, const bf16* u_all,
         cp_async_wait_but(wu_behind);
       }
       fence_proxy_async();
-      __syncthreads();  // W and U (VIn: S and v); both warpgroups are done reading Q
+      __syncthreads();  // W and U; both warpgroups are done reading Q
       // d (+)= X S over k = 128: X in sm.q (Q or Q̃, k-major), S this warpgroup's half of Sb (mn-major).
       auto times_state = [&](float(&d)[32], bool accumulate) {
         const uint64_t state = sw128_desc(sm.sb + (wn >> 6) * (kD * 64));
@@ -327,53 +308,43 @@ __device__ __forceinline__ void output_tc_block(OutputArgs a, const bf16* u_all,
         wgmma_commit();
         wgmma_wait_all(d);
       };
-      if constexpr (VIn) {  // O = scale (carried e^γ ⊙ (Q S) + A v)
-        times_state(o, false);
+      // Q̃ = carried (e^γ ⊙ Q − A W) over this warpgroup's half of Q, P = A U (in O's accumulators), then
+      // O = scale (Q̃ Sb + P) once both halves of Q̃ and Sb are there. (One product at a time: 128
+      // registers.)
+      {
+        float aw[32];
+        rs_product(aw, af, sm.w, wn);
         for (int half = 0; half < 2; ++half) {
-          const float e = carried * exp_ftz(sm.gam[wm + gq + half * 8]);
+          const int i = wm + gq + half * 8;
+          const float e = exp_ftz(sm.gam[i]);
+          // The row's eight pairs of Q read before any is written (read after a store, each load would
+          // wait for it).
+          uint32_t qx[8];
+#pragma unroll
           for (int nt = 0; nt < 8; ++nt)
-            for (int j = 0; j < 2; ++j) o[4 * nt + 2 * half + j] *= e;
-        }
-        rs_product(o, af, sm.u, wn, true);
-      } else {
-        // Q̃ = carried (e^γ ⊙ Q − A W) over this warpgroup's half of Q, P = A U (in O's accumulators), then
-        // O = scale (Q̃ Sb + P) once both halves of Q̃ and Sb are there. (One product at a time: 128
-        // registers.)
-        {
-          float aw[32];
-          rs_product(aw, af, sm.w, wn);
-          for (int half = 0; half < 2; ++half) {
-            const int i = wm + gq + half * 8;
-            const float e = exp_ftz(sm.gam[i]);
-            // The row's eight pairs of Q read before any is written (read after a store, each load would
-            // wait for it).
-            uint32_t qx[8];
+            qx[nt] = *reinterpret_cast<const uint32_t*>(sm.q + sw128(i, wn + nt * 8 + tq * 2));
 #pragma unroll
-            for (int nt = 0; nt < 8; ++nt)
-              qx[nt] = *reinterpret_cast<const uint32_t*>(sm.q + sw128(i, wn + nt * 8 + tq * 2));
-#pragma unroll
-            for (int nt = 0; nt < 8; ++nt) {
-              const float2 x = unpack_bf16(qx[nt]);
-              *reinterpret_cast<uint32_t*>(sm.q + sw128(i, wn + nt * 8 + tq * 2)) =
-                  pack_bf16(carried * (e * x.x - aw[4 * nt + 2 * half]),
-                            carried * (e * x.y - aw[4 * nt + 2 * half + 1]));
-            }
+          for (int nt = 0; nt < 8; ++nt) {
+            const float2 x = unpack_bf16(qx[nt]);
+            *reinterpret_cast<uint32_t*>(sm.q + sw128(i, wn + nt * 8 + tq * 2)) = pack_bf16(
+                carried * (e * x.x - aw[4 * nt + 2 * half]), carried * (e * x.y - aw[4 * nt + 2 * half + 1]));
           }
         }
-        rs_product(o, af, sm.u, wn);
-        if constexpr (Tma) {
-          if (sb_coming) {
-            mbar_wait(&sm.bar[2], phase_sb);
-            phase_sb ^= 1;
-            sb_coming = false;
-          }
-        } else {
-          cp_async_wait_all();
-        }
-        fence_proxy_async();
-        __syncthreads();  // Q̃ and Sb
-        times_state(o, true);
       }
+      rs_product(o, af, sm.u, wn);
+      if constexpr (Tma) {
+        if (sb_coming) {
+          mbar_wait(&sm.bar[2], phase_sb);
+          phase_sb ^= 1;
+          sb_coming = false;
+        }
+      } else {
+        cp_async_wait_all();
+      }
+      fence_proxy_async();
+      __syncthreads();  // Q̃ and Sb
+      times_state(o, true);
+
     } else {
       // A = Q Kᵀ ⊙ D ⊙ lower_incl: rows wm.., columns 32 (w >> 2)..
       {
@@ -390,37 +361,27 @@ __device__ __forceinline__ void output_tc_block(OutputArgs a, const bf16* u_all,
           }
       }
       cp_async_wait_but(wu_behind);
-      __syncthreads();      // A, W and U (VIn: S and v); every warp is done reading Q
-      if constexpr (VIn) {  // O = scale (carried e^γ ⊙ (Q S) + A v)
-        warp_tile_mma<4, kD, false, false>(acc, sm.q, kLd, wm, sm.sb, kLd, wn);
+      __syncthreads();  // A, W and U; every warp is done reading Q
+      // P = A U (fp32, in registers) and Q̃ = carried (e^γ ⊙ Q − A W) over this warp's own tile of Q.
+      warp_tile_mma<4, kC, false, false>(acc, sm.am, kLdC, wm, sm.u, kLd, wn);
+      {
+        float aw[8][4] = {};
+        warp_tile_mma<4, kC, false, false>(aw, sm.am, kLdC, wm, sm.w, kLd, wn);
         for (int half = 0; half < 2; ++half) {
-          const float e = carried * exp_ftz(sm.gam[wm + gq + half * 8]);
-          for (int nt = 0; nt < 8; ++nt)
-            for (int j = 0; j < 2; ++j) acc[nt][2 * half + j] *= e;
-        }
-        warp_tile_mma<4, kC, false, false>(acc, sm.am, kLdC, wm, sm.u, kLd, wn);
-      } else {
-        // P = A U (fp32, in registers) and Q̃ = carried (e^γ ⊙ Q − A W) over this warp's own tile of Q.
-        warp_tile_mma<4, kC, false, false>(acc, sm.am, kLdC, wm, sm.u, kLd, wn);
-        {
-          float aw[8][4] = {};
-          warp_tile_mma<4, kC, false, false>(aw, sm.am, kLdC, wm, sm.w, kLd, wn);
-          for (int half = 0; half < 2; ++half) {
-            const int i = wm + gq + half * 8;
-            const float e = exp_ftz(sm.gam[i]);
-            for (int nt = 0; nt < 8; ++nt) {
-              uint32_t* qv = reinterpret_cast<uint32_t*>(sm.q + i * kLd + wn + nt * 8 + tq * 2);
-              const float2 x = unpack_bf16(*qv);
-              *qv = pack_bf16(carried * (e * x.x - aw[nt][2 * half]),
-                              carried * (e * x.y - aw[nt][2 * half + 1]));
-            }
+          const int i = wm + gq + half * 8;
+          const float e = exp_ftz(sm.gam[i]);
+          for (int nt = 0; nt < 8; ++nt) {
+            uint32_t* qv = reinterpret_cast<uint32_t*>(sm.q + i * kLd + wn + nt * 8 + tq * 2);
+            const float2 x = unpack_bf16(*qv);
+            *qv =
+                pack_bf16(carried * (e * x.x - aw[nt][2 * half]), carried * (e * x.y - aw[nt][2 * half + 1]));
           }
         }
-        cp_async_wait_all();
-        __syncthreads();  // Q̃ and Sb
-        // O = scale (Q̃ Sb + P)
-        warp_tile_mma<4, kD, false, false>(acc, sm.q, kLd, wm, sm.sb, kLd, wn);
       }
+      cp_async_wait_all();
+      __syncthreads();  // Q̃ and Sb
+      // O = scale (Q̃ Sb + P)
+      warp_tile_mma<4, kD, false, false>(acc, sm.q, kLd, wm, sm.sb, kLd, wn);
     }
     for (int nt = 0; nt < 8; ++nt)
       for (int r = 0; r < 4; ++r) acc[nt][r] *= a.scale;
@@ -447,7 +408,7 @@ __device__ __forceinline__ void output_tc_block(OutputArgs a, const bf16* u_all,
                 make_float2(acc[nt][2 * half], acc[nt][2 * half + 1]);
         }
     }
-    if (!Wg && !VIn && !runs && c + 1 < last) {
+    if (!Wg && !runs && c + 1 < last) {
       // S_loc = e^Γ S_loc + Kᵀ (e^{Γ−γ} ⊙ (U − W Sb)): the scaled v (bf16) goes over W once every warp has
       // read W, then warp w updates rows 16w...
       const float big_gamma = sm.gam[len - 1];
@@ -491,29 +452,29 @@ __device__ __forceinline__ void output_tc_block(OutputArgs a, const bf16* u_all,
   }
   finish_output_block(a.blocks_done);
 }
-template <class Out, bool VIn, bool Runs>
+template <class Out>
 __global__ void __launch_bounds__(kOutThreads)
     output_tc_kernel(OutputArgs a, const bf16* u_all, const bf16* w_all,
                      const __grid_constant__ RecTmaMaps tma) {
-  output_tc_block<Out, VIn, Runs, false, false>(a, u_all, w_all, tma);
+  output_tc_block<Out, false, false, false>(a, u_all, w_all, tma);
 }
 // Two blocks per multiprocessor, at most 128 registers; at most 120 where one runs beside a 2-stage
 // 32-column recurrence block of 9 warps at up to 88 (the multiprocessor's quarter that holds three of its
 // warps and two of this block's: 3 x 88 + 2 x 120 = 504 of 512 registers a lane; test `[registers]`): the
-// dense selector's blocks (no tensor copies, runs or v from memory, see output_kernel_for), and those with
+// dense selector's blocks (no tensor copies or runs, see output_kernel_for), and those with
 // fp32 outputs (a capped selector's 2-stage chains at B = 1). The dense blocks at 123, after a change
 // elsewhere (two fields more in OutputArgs), no longer fitted there and the dense forwards at B = 1 were
 // 10-14 % slower (v51); the sparse runs' blocks with fp32 outputs had 121 until v52. The bf16 blocks with
 // tensor copies (109 in runs, 122 for one chunk since v54's Q̃ loads) keep the limit they were timed with.
-template <class Out, bool VIn, bool Runs, bool Tma>
+template <class Out, bool Runs, bool Tma>
 constexpr int output_wg_registers() {
-  return !VIn && (std::is_same_v<Out, float> || (!Tma && !Runs)) ? 120 : 128;
+  return std::is_same_v<Out, float> || (!Tma && !Runs) ? 120 : 128;
 }
-template <class Out, bool VIn, bool Runs, bool Tma>
-__global__ void __launch_bounds__(kOutThreads) __maxnreg__((output_wg_registers<Out, VIn, Runs, Tma>()))
+template <class Out, bool Runs, bool Tma>
+__global__ void __launch_bounds__(kOutThreads) __maxnreg__((output_wg_registers<Out, Runs, Tma>()))
     output_wg_kernel(OutputArgs a, const bf16* u_all, const bf16* w_all,
                      const __grid_constant__ RecTmaMaps tma) {
-  output_tc_block<Out, VIn, Runs, true, Tma>(a, u_all, w_all, tma);
+  output_tc_block<Out, Runs, true, Tma>(a, u_all, w_all, tma);
 }
 size_t output_tc_smem(bool multi, bool wg) {
   if (wg) return sizeof(OutWgSmem) + 1024;  // and the alignment of the block's region to 1024 bytes
@@ -526,13 +487,12 @@ static_assert(2 * (sizeof(OutWgSmem) + 1024 + 1024) <= 228 * 1024, "outputs (wgm
 template <class Out>
 OutputKernel output_kernel_for(const Problem& p, int run) {
   if (p.group > 1)
-    return {output_tc_kernel<Out, false, false>, "output_tc_kernel", kOutThreads,
-            output_tc_smem(true, false)};
+    return {output_tc_kernel<Out>, "output_tc_kernel", kOutThreads, output_tc_smem(true, false)};
   const size_t smem = output_tc_smem(false, true);
-  if (run > 1) return {output_wg_kernel<Out, false, true, true>, "output_wg_kernel", kOutThreads, smem};
+  if (run > 1) return {output_wg_kernel<Out, true, true>, "output_wg_kernel", kOutThreads, smem};
   if (p.selector != SelectorKind::dense)
-    return {output_wg_kernel<Out, false, false, true>, "output_wg_kernel", kOutThreads, smem};
-  return {output_wg_kernel<Out, false, false, false>, "output_wg_kernel", kOutThreads, smem};
+    return {output_wg_kernel<Out, false, true>, "output_wg_kernel", kOutThreads, smem};
+  return {output_wg_kernel<Out, false, false>, "output_wg_kernel", kOutThreads, smem};
 }
 
 }  // namespace

@@ -47,7 +47,7 @@ template <int VT>
 struct alignas(1024) RecStage {
   bf16 w[kC * kD];
   bf16 k[kC * kD];
-  bf16 u[kC * VT];  // VOut: the event's v = U − W Sb takes U's place, on its way to memory
+  bf16 u[kC * VT];
   float gam[kC];
 };
 template <int VT>
@@ -71,23 +71,19 @@ template <int NS, int VT>
 constexpr size_t rec_smem_bytes() {
   return sizeof(RecSmem<NS, VT>) + 1024;  // and the alignment of the block's region to 1024 bytes
 }
-// VOut (the dense selector, G = 1): each event's v = U − W Sb (bf16, this block's columns) also goes to
-// memory over the chunk's U, which this block alone reads and has read; the output stage takes it from there.
-// Only for a run in which every chunk is an event (no form the plan picks): a skipped chunk would leave U in
-// its place. Wg (8 warps, 32 columns, no VOut): an event's two products as warpgroup products (the plan's
+// Wg (8 warps, 32 columns): an event's two products as warpgroup products (the plan's
 // 32-column form). Every form has one more warp than its NW math warps: the producer, which issues the copies
 // and the snapshots' tensor copies and waits for them. (Two 64-column blocks per multiprocessor cap the
 // registers: the 8-warp 64-column form, which the plan does not pick, spills a few dozen bytes since it has
 // the producer warp.) The 2-stage Wg block (the dense selector's at B = 1) has to stay at 88 registers or
 // fewer, so that a dense output block fits beside it (see output_wg_kernel): at 89, with one more 64-bit
 // index live across the event loop, it did not.
-template <int NS, bool VOut, int VT, int NW, bool Wg>
+template <int NS, int VT, int NW, bool Wg>
 __global__ void __launch_bounds__(NW * 32 + 32, VT == 64 ? 2 : 0)  // 64: two blocks per multiprocessor
     recurrence_tc_kernel(RecurrenceArgs a, bf16* u_all, const bf16* w_all,
                          const __grid_constant__ RecTmaMaps tma) {
   static_assert(NW == 8 || NW == 4, "8 or 4 warps");
-  static_assert(!Wg || (NW == 8 && VT == 32 && !VOut),
-                "warpgroup products: 8 warps, 32 columns, v not stored");
+  static_assert(!Wg || (NW == 8 && VT == 32), "warpgroup products: 8 warps, 32 columns");
   // NW math warps and one producer warp, whose first thread issues the copies (in and out) and waits for
   // them; the math warps' path through an event has no copy instructions in it.
   constexpr int kBlockThreads = NW * 32, kProducer = kBlockThreads;
@@ -99,9 +95,7 @@ __global__ void __launch_bounds__(NW * 32 + 32, VT == 64 ? 2 : 0)  // 64: two bl
   // measured 2.2-2.7 % slower in sparse forwards: 16 more FADD per warp and event to sum them), else 4 / kNP.
   constexpr int kSets = kNP == 1 ? 2 : 4 / kNP;
   static_assert(kSets == 1 || kSets == 2 || kSets == 4, "one, two or four accumulator sets");
-  constexpr int kMT = 8 / NW;                                               // state: m16 tiles per warp
-  constexpr int kUPieces = VT / 8;                                          // 16-byte pieces per row of U
-  constexpr int kURows = kBlockThreads / kUPieces, kUCopies = kC / kURows;  // VOut: v rows stored at once
+  constexpr int kMT = 8 / NW;  // state: m16 tiles per warp
   // The blocks that read the same W (a value head's tiles) and the same K (a head pair's) are launched
   // together, so that they run in the same wave when a packed batch has more blocks than fit at once, and the
   // later ones find W and K in L2.
@@ -202,11 +196,6 @@ __global__ void __launch_bounds__(NW * 32 + 32, VT == 64 ? 2 : 0)  // 64: two bl
     mbar_wait(&sm.full[buf], (parity >> buf) & 1);
     parity ^= 1u << buf;
   };
-  // VOut: the thread-constant parts of the stores of v (rows ur + kURows j, 16-byte part up).
-  const int ur = threadIdx.x / kUPieces, up = (threadIdx.x % kUPieces) * 8;
-  const int u_dst = swz_u<VT>(ur, up);
-  const int64_t uw_step = int64_t(a.HV) * (kC * kD);
-  bf16* const u_src0 = u_all + (seq_chunk0 * a.HV + hv) * (kC * kD) + ur * kD + col0 + up;
   // A sequence's last chunk, when it is short: K's rows past its end (the next sequence's tokens) are zeroed
   // before they multiply Vh's zero rows, so that they add exact zeros whatever they hold.
   const int64_t short_chunk = seq_len % kC ? seq_len / kC : -1;
@@ -346,28 +335,20 @@ __global__ void __launch_bounds__(NW * 32 + 32, VT == 64 ? 2 : 0)  // 64: two bl
                 if constexpr (kSets == 4) ws += acc[2][nt][r] + acc[3][nt][r];
                 x[e] = fmaf(-sb_scale, ws, e ? uu.y : uu.x);
               }
-              if constexpr (VOut) *u_pair = pack_bf16(x[0], x[1]);  // v over U: this thread read the pair
               *reinterpret_cast<uint32_t*>(sm.vh + vh_off + half * 8 * kLdT + nt * 8) =
                   pack_bf16(x[0] * f, x[1] * f);
             }
           }
         }
-        if constexpr (VOut) fence_proxy_async();  // v over U, before the stage's next copies
         // The snapshots whose copies were issued before this event (all but the newest group: the previous
         // event's, issued above) are waited for when a publication is due, so that the wait is for copies
-        // issued an event ago; they cover the chunks up to the previous event's (and VOut's v, stored after
-        // that event's barrier, up to it too).
+        // issued an event ago; they cover the chunks up to the previous event's.
         const bool due = safe_upto - publish.published >= kPublishEvery;  // block-uniform
         if (due && threadIdx.x == kProducer) bulk_wait_written<1>();
         sb_reads_done();
         __syncthreads();
         if (due) publish(safe_upto);
         safe_upto = c + 1;
-        if constexpr (VOut)
-#pragma unroll
-          for (int j = 0; j < (math ? kUCopies : 0); ++j)
-            *reinterpret_cast<uint4*>(u_src0 + c * uw_step + j * kURows * kD) =
-                *reinterpret_cast<const uint4*>(cs.u + u_dst + j * kURows * VT);
         // S = e^Γ S + Kᵀ Vh on the math warps: as warpgroup products, warpgroup g the state rows 64 g.. (Wg),
         // or as this warp's kMT x 16 rows, VT columns, k = 64 (with one m-tile the second half of k goes into
         // a second set: two mma chains per tile).
@@ -443,9 +424,9 @@ __global__ void __launch_bounds__(NW * 32 + 32, VT == 64 ? 2 : 0)  // 64: two bl
 RecurrenceKernel narrow_recurrence_kernel(int stages) {
   constexpr const char* kName = "recurrence_tc_kernel";
   constexpr int kBlockThreads = 8 * 32 + 32;
-  return stages == 2 ? RecurrenceKernel{recurrence_tc_kernel<2, false, 32, 8, true>, kName, kBlockThreads,
+  return stages == 2 ? RecurrenceKernel{recurrence_tc_kernel<2, 32, 8, true>, kName, kBlockThreads,
                                         rec_smem_bytes<2, 32>()}
-                     : RecurrenceKernel{recurrence_tc_kernel<4, false, 32, 8, true>, kName, kBlockThreads,
+                     : RecurrenceKernel{recurrence_tc_kernel<4, 32, 8, true>, kName, kBlockThreads,
                                         rec_smem_bytes<4, 32>()};
 }
 

@@ -37,7 +37,7 @@ template <int NS>
 constexpr size_t wg_smem_bytes() {
   return sizeof(WgSmem<NS>) + 1024;  // and the alignment of the block's region to 1024 bytes
 }
-template <int NS, bool VOut>
+template <int NS>
 __global__ void __launch_bounds__(kWgThreads)
     recurrence_wg_kernel(RecurrenceArgs a, bf16* u_all, const bf16* w_all,
                          const __grid_constant__ RecTmaMaps) {
@@ -139,18 +139,12 @@ __global__ void __launch_bounds__(kWgThreads)
             uint32_t* u_pair = reinterpret_cast<uint32_t*>(cs.u + r * kLdWgU + col);
             const float2 uu = unpack_bf16(*u_pair);
             const float x0 = uu.x - acc[4 * j + 2 * half], x1 = uu.y - acc[4 * j + 2 * half + 1];
-            if constexpr (VOut) *u_pair = pack_bf16(x0, x1);
             *reinterpret_cast<uint32_t*>(sm.vh + sw128(r, col)) = pack_bf16(x0 * f, x1 * f);
           }
         }
         fence_proxy_async();
         __syncthreads();
-        if (c + 1 - publish.published >= kPublishEvery) publish(VOut ? c : c + 1);
-        if constexpr (VOut)
-#pragma unroll
-          for (int j = 0; j < kC / 16; ++j)
-            *reinterpret_cast<uint4*>(u_src0 + c * uw_step + (ur + 16 * j) * kD + up) =
-                *reinterpret_cast<const uint4*>(cs.u + (ur + 16 * j) * kLdWgU + up);
+        if (c + 1 - publish.published >= kPublishEvery) publish(c + 1);
         // S = e^Γ S + Kᵀ Vh
         issue_state_update(st, cs.k, vh_desc, big_gamma, warp);
         wgmma_wait_all(st[0]);
@@ -168,9 +162,8 @@ __global__ void __launch_bounds__(kWgThreads)
 
 RecurrenceKernel wide_recurrence_kernel(int stages) {
   constexpr const char* kName = "recurrence_wg_kernel";
-  return stages == 2
-             ? RecurrenceKernel{recurrence_wg_kernel<2, false>, kName, kWgThreads, wg_smem_bytes<2>()}
-             : RecurrenceKernel{recurrence_wg_kernel<3, false>, kName, kWgThreads, wg_smem_bytes<3>()};
+  return stages == 2 ? RecurrenceKernel{recurrence_wg_kernel<2>, kName, kWgThreads, wg_smem_bytes<2>()}
+                     : RecurrenceKernel{recurrence_wg_kernel<3>, kName, kWgThreads, wg_smem_bytes<3>()};
 }
 
 }  // namespace tc
