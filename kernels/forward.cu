@@ -166,6 +166,17 @@ OutputArgs output_args(const Problem& p, const DeviceTensors& t, const Workspace
           t.o};
 }
 
+// The tensor copies' maps: the pre-pass loads K and V and stores W and U through them, the recurrence
+// (blocks of `columns`) and the output blocks load.
+std::string tensor_maps(const Problem& p, const DeviceTensors& t, const Workspace& ws, int columns,
+                        tc::RecTmaMaps* maps) {
+  const int64_t nmax = p.max_chunks(), HV = p.v_heads;
+  return tc::rec_tma_maps(*maps, reinterpret_cast<const tc::bf16*>(ws.w),
+                          reinterpret_cast<const tc::bf16*>(ws.u), nmax * HV * p.chunk, t.q, t.k, t.v,
+                          p.total_tokens, p.qk_heads, p.v_heads, columns,
+                          reinterpret_cast<const tc::bf16*>(ws.snapshots), (nmax + p.num_seqs) * HV);
+}
+
 }  // namespace
 }  // namespace detail
 
@@ -209,17 +220,9 @@ std::string forward(const Problem& p, const DeviceTensors& t, void* workspace, s
   const PrepareArgs prep = prepare_args(p, t, ws, statistic);
   auto* u_tc = reinterpret_cast<tc::bf16*>(ws.u);
   auto* w_tc = reinterpret_cast<tc::bf16*>(ws.w);
-  // The tensor copies' maps (the pre-pass loads K and V and stores W and U through them, the recurrence and
-  // the output blocks load).
   tc::RecTmaMaps maps{};
-  if (use_tc) {
-    const int64_t nmax = p.max_chunks(), HV = p.v_heads;
-    if (std::string e = tc::rec_tma_maps(
-            maps, w_tc, u_tc, nmax * HV * p.chunk, t.q, t.k, t.v, p.total_tokens, p.qk_heads, p.v_heads,
-            plan.rec_columns, reinterpret_cast<const tc::bf16*>(ws.snapshots), (nmax + p.num_seqs) * HV);
-        !e.empty())
-      return e;
-  }
+  if (use_tc)
+    if (std::string e = tensor_maps(p, t, ws, plan.rec_columns, &maps); !e.empty()) return e;
   if (std::string e =
           use_tc ? tc::launch_prepare_tc(p, prep, maps, sms, stream) : launch_prepare_fp32(p, prep, stream);
       !e.empty())
