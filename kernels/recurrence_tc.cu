@@ -14,29 +14,21 @@ namespace detail {
 namespace tc {
 namespace {
 
-// ---- recurrence: per (sequence, value head, V tile of VT = 32 or 64 columns), NW = 8 or 4 warps (two or one
-// per scheduler; the plan takes 8 at 32 columns). The state tile (128 x VT fp32) lives in registers: warp w
-// owns rows 16 (8 / NW) w.., 8 / NW m-tiles x VT / 8 n-tiles. Each selected event, with Sb = bf16(S) as the
-// last event left it (shared) and S = e^{pending} x that state (the skipped chunks since):
-//   v̂ = U − e^{pending} W Sb (warp w: rows 16(w & 3).., columns (VT / 2)(w >> 2).. with 8 warps, all VT
-//   with 4; in the warpgroup form, Wg, all of it on warps 0-3);  Vh = bf16(e^{Γ−γ} ⊙ v̂);  S = e^Γ S + Kᵀ Vh
-//   (warp w: its state rows);  Sb = bf16(S), which is also the snapshot, copied out of shared memory by one
-//   tensor copy (TMA) during the next event. A producer warp after the NW math warps issues the copies.
+// Per (sequence, value head, 32 V columns): 8 math warps (two per scheduler) and a producer warp. The state
+// tile (128 x 32 fp32) lives in registers, warp w owning rows 16w... Each selected event, with Sb = bf16(S)
+// as the last event left it (shared) and S = e^{pending} x that state (the skipped chunks since):
+//   v̂ = U − e^{pending} W Sb (one warpgroup product, 64 x 32, k = 128, on warps 0-3);  Vh = bf16(e^{Γ−γ} ⊙
+//   v̂); S = e^Γ S + Kᵀ Vh (warpgroup g the state rows 64g..);  Sb = bf16(S), which is also the snapshot,
+//   copied out of shared memory by one tensor copy (TMA) during the next event.
 // Two barriers per event (Sb written, Vh written), whether or not chunks were skipped before it. The next
 // NS − 1 selected events' W, K, U, γ are in flight (TMA, NS stages), the next one's issued as an event
-// starts. NS = 3 (127 KB of shared memory; 4, 164 KB, for the warpgroup form's blocks) keeps a lone busy
-// chain fed; NS = 2 (90 KB) leaves room on the multiprocessor for an output block (or a second recurrence
-// block) beside it, which pays where every chain is busy (the dense selector). VT = 64 (half the blocks, each
-// copying W and K once for twice the columns) was for runs with more 32-column blocks than multiprocessors
-// (packed batches), whose 32-column recurrence the copies' traffic through L2 bounded; 2 stages of it (110
-// KB) still let two blocks share a multiprocessor. Since v33 those runs take recurrence_wg_kernel, and the
-// plan takes this kernel at 32 columns only. The copied tiles come from
-// the tensor memory accelerator (one thread issues an event's copies; they complete on the stage's mbarrier)
-// in its swizzled layouts, whose 16-byte pieces are permuted by the row so that the 8 rows an ldmatrix reads
-// and the rows the epilogue reads fall in distinct banks: W and K as sw128 (two 64-column halves), U's VT
-// columns with the 64-byte swizzle for 32 (piece p of row r at p ^ ((r >> 1) & 3), two rows per 128-byte
-// line) and the 128-byte one for 64 (p ^ (r & 7), one row per line). (Until v34 every thread issued cp.async
-// copies, ~135 of an event's 370 instructions per warp.)
+// starts: NS = 4 (164 KB of shared memory) keeps a lone busy chain fed; NS = 2 (90 KB) leaves room on the
+// multiprocessor for an output block (or a second recurrence block) beside it, which pays where every chain
+// is busy. The copied tiles come from the tensor memory accelerator (one thread issues an event's copies;
+// they complete on the stage's mbarrier) in its swizzled layouts, whose 16-byte pieces are permuted by the
+// row so that the rows the epilogue reads fall in distinct banks: W and K as sw128 (two 64-column halves),
+// U's 32 columns with the 64-byte swizzle (piece p of row r at p ^ ((r >> 1) & 3), two rows per 128-byte
+// line). (swz_u, RecStage and RecSmem also describe 64 columns, for the static checks of the layouts.)
 template <int VT>
 __device__ __forceinline__ int swz_u(int r, int c) {
   static_assert(VT == 32 || VT == 64, "32 or 64 columns");
@@ -62,7 +54,7 @@ struct RecSmem {
   static constexpr int kLdT = VT + 8;  // row stride of Vh
   RecStage<VT> stage[NS];
   alignas(1024) bf16 sb[kD * VT];    // swz_u<VT>: the layout of the snapshots' tensor copies
-  alignas(1024) bf16 vh[kC * kLdT];  // row stride kLdT, or swz_u<VT> for the warpgroup products (Wg)
+  alignas(1024) bf16 vh[kC * kLdT];  // swz_u<VT> (the room of a kLdT row stride)
   uint8_t mask[kWindow];
   float decay[kWindow];
   uint64_t full[NS];  // a stage's copies complete here
@@ -71,31 +63,21 @@ template <int NS, int VT>
 constexpr size_t rec_smem_bytes() {
   return sizeof(RecSmem<NS, VT>) + 1024;  // and the alignment of the block's region to 1024 bytes
 }
-// Wg (8 warps, 32 columns): an event's two products as warpgroup products (the plan's
-// 32-column form). Every form has one more warp than its NW math warps: the producer, which issues the copies
-// and the snapshots' tensor copies and waits for them. (Two 64-column blocks per multiprocessor cap the
-// registers: the 8-warp 64-column form, which the plan does not pick, spills a few dozen bytes since it has
-// the producer warp.) The 2-stage Wg block (the dense selector's at B = 1) has to stay at 88 registers or
-// fewer, so that a dense output block fits beside it (see output_wg_kernel): at 89, with one more 64-bit
-// index live across the event loop, it did not.
-template <int NS, int VT, int NW, bool Wg>
-__global__ void __launch_bounds__(NW * 32 + 32, VT == 64 ? 2 : 0)  // 64: two blocks per multiprocessor
+// The producer warp after the 8 math warps issues the copies and the snapshots' tensor copies and waits for
+// them. The 2-stage block (the dense selector's at B = 1) has to stay at 88 registers or fewer, so that a
+// dense output block fits beside it (see output_wg_kernel): at 89, with one more 64-bit index live across
+// the event loop, it did not.
+template <int NS>
+__global__ void __launch_bounds__(8 * 32 + 32, 0)
     recurrence_tc_kernel(RecurrenceArgs a, bf16* u_all, const bf16* w_all,
                          const __grid_constant__ RecTmaMaps tma) {
-  static_assert(NW == 8 || NW == 4, "8 or 4 warps");
-  static_assert(!Wg || (NW == 8 && VT == 32), "warpgroup products: 8 warps, 32 columns");
+  constexpr int VT = 32, NW = 8;  // columns, math warps
   // NW math warps and one producer warp, whose first thread issues the copies (in and out) and waits for
   // them; the math warps' path through an event has no copy instructions in it.
   constexpr int kBlockThreads = NW * 32, kProducer = kBlockThreads;
-  constexpr int kTiles = kD / VT, kLdT = RecSmem<NS, VT>::kLdT;
-  constexpr int kFlags = VT / kTcTile;           // progress flags this block publishes
-  constexpr int kVCols = NW == 8 ? VT / 2 : VT;  // v̂: columns per warp
-  constexpr int kNP = kVCols / 16;               // v̂: n16 tiles per warp
-  // v̂: accumulator sets (independent mma chains) per n8 tile: two for the 8-warp 32-column block (four
-  // measured 2.2-2.7 % slower in sparse forwards: 16 more FADD per warp and event to sum them), else 4 / kNP.
-  constexpr int kSets = kNP == 1 ? 2 : 4 / kNP;
-  static_assert(kSets == 1 || kSets == 2 || kSets == 4, "one, two or four accumulator sets");
-  constexpr int kMT = 8 / NW;  // state: m16 tiles per warp
+  constexpr int kTiles = kD / VT;
+  constexpr int kFlags = VT / kTcTile;  // progress flags this block publishes
+  constexpr int kMT = 8 / NW;           // state: m16 tiles per warp
   // The blocks that read the same W (a value head's tiles) and the same K (a head pair's) are launched
   // together, so that they run in the same wave when a packed batch has more blocks than fit at once, and the
   // later ones find W and K in L2.
@@ -126,7 +108,7 @@ __global__ void __launch_bounds__(NW * 32 + 32, VT == 64 ? 2 : 0)  // 64: two bl
   // (The warpgroup form with more than 2 stages publishes from the producer warp; the others from warp 0: the
   // two changes of v43 together measured ~1.5 % slower at 128K dense, whose 2-stage copies have one event's
   // lead.)
-  constexpr int kPublisher = Wg && NS > 2 ? kProducer : 0;
+  constexpr int kPublisher = NS > 2 ? kProducer : 0;
   Publisher<kFlags, kPublisher> publish{a.progress +
                                         progress_flag_index(s, a.HV, hv, kVTiles, tile * kFlags)};
 
@@ -214,22 +196,6 @@ __global__ void __launch_bounds__(NW * 32 + 32, VT == 64 ? 2 : 0)  // 64: two bl
   };
 
   int64_t slot = 0;
-  const int vrow = (warp & 3) * 16, vcol = (warp >> 2) * kVCols;  // this warp's tile of v̂
-  // This thread's element offsets in the tiles, once (the tiles' k-steps add constants): its W fragment rows
-  // at k-steps 0-3 (steps 4-7 are the second sw128 half, kC x 64 elements on, the same swizzle), its Kᵀ
-  // fragment, its Sb and Vh fragments, its U pairs (n-tiles 0 .. 2 kNP − 1; the second row half is 8 rows
-  // on), its row of v̂ (Vh stores, γ) and its state rows (Sb stores).
-  int w_off[4];
-  for (int kk = 0; kk < 4; ++kk) w_off[kk] = opaque(a_lane_at(sw128, vrow, kk * 16));
-  int k_off[kMT];
-  for (int mt = 0; mt < kMT; ++mt) k_off[mt] = opaque(a_t_lane_at(sw128, (warp * kMT + mt) * 16, 0));
-  const int b_off = opaque(b_kn_lane(kLdT, 0, 0));
-  int u_off[2 * kNP];
-  for (int nt = 0; nt < 2 * kNP; ++nt) u_off[nt] = opaque(swz_u<VT>(vrow + gq, vcol + nt * 8 + tq * 2));
-  const int v_row = opaque(vrow + gq), vh_off = opaque((vrow + gq) * kLdT + vcol + tq * 2);
-  int sb_b_off[kNP];  // Sb's B fragments (k-steps add 16 rows: 16 VT elements)
-  for (int np = 0; np < kNP; ++np)
-    sb_b_off[np] = opaque(swz_u<VT>((lane & 7) + ((lane >> 3) & 1) * 8, vcol + np * 16 + (lane >> 4) * 8));
   // Chunks [0, safe_upto) have their snapshots' copies issued in an earlier event than the current one.
   int64_t safe_upto = 0;
   float sb_scale = 1.f;  // the state is sb_scale x the state that Sb holds (skipped chunks since the event)
@@ -248,97 +214,57 @@ __global__ void __launch_bounds__(NW * 32 + 32, VT == 64 ? 2 : 0)  // 64: two bl
       },
       [&](int buf, int64_t c, float big_gamma, auto flush_snapshot, auto fetch_next) {
         RecStage<VT>& cs = sm.stage[buf];
-        if constexpr (Wg) {  // v̂ = U − W Sb as one warpgroup product (64 x 32, k = 128) on warps 0-3
-          // With 2 stages, whose copies have one event's lead, the next copies first (the snapshot after
-          // them, below). With more, both after the product's issue, the snapshot first (its read of Sb,
-          // which the middle barrier waits for, then does not queue behind 36 KB of loads): the producer
-          // warp, which issues no product, reaches them at once, and warps 0-3 do their part of the
-          // bookkeeping while the product runs (with the publications by the producer warp, 0.5-1 % faster
-          // sparse forwards than v42's order, where they came first).
-          if constexpr (NS == 2) fetch_next();
-          float acc[16] = {};
-          const uint64_t sb_desc = sw64_desc(sm.sb);
-          if (warp < 4) {
-            wgmma_fence();
+        // v̂ = U − W Sb as one warpgroup product (64 x 32, k = 128) on warps 0-3
+        // With 2 stages, whose copies have one event's lead, the next copies first (the snapshot after
+        // them, below). With more, both after the product's issue, the snapshot first (its read of Sb,
+        // which the middle barrier waits for, then does not queue behind 36 KB of loads): the producer
+        // warp, which issues no product, reaches them at once, and warps 0-3 do their part of the
+        // bookkeeping while the product runs (with the publications by the producer warp, 0.5-1 % faster
+        // sparse forwards than v42's order, where they came first).
+        if constexpr (NS == 2) fetch_next();
+        float acc[16] = {};
+        const uint64_t sb_desc = sw64_desc(sm.sb);
+        if (warp < 4) {
+          wgmma_fence();
 #pragma unroll
-            for (int ks = 0; ks < kD / 16; ++ks)
-              wgmma_m64n32k16_ss_t(acc, sw128_desc(cs.w + (ks >> 2) * (kC * 64)) + (ks & 3) * kSwKMajorStep,
-                                   sb_desc + ks * kSw64MnMajorStep, ks);
-            wgmma_commit();
-          }
-          if constexpr (NS > 2) {
-            flush_snapshot();
-            fetch_next();
-          }
-          // While the product runs: this thread's γ factors and U pairs, which do not depend on it, so that
-          // the epilogue below has no shared-memory load between its stores (the compiler keeps a load after
-          // a store that may alias it; alternating, they took ~500 cycles per event, ~80 without loads).
-          float f[2] = {};
-          float2 uu[2][VT / 8] = {};
-          int at[2][VT / 8] = {};
+          for (int ks = 0; ks < kD / 16; ++ks)
+            wgmma_m64n32k16_ss_t(acc, sw128_desc(cs.w + (ks >> 2) * (kC * 64)) + (ks & 3) * kSwKMajorStep,
+                                 sb_desc + ks * kSw64MnMajorStep, ks);
+          wgmma_commit();
+        }
+        if constexpr (NS > 2) {
+          flush_snapshot();
+          fetch_next();
+        }
+        // While the product runs: this thread's γ factors and U pairs, which do not depend on it, so that
+        // the epilogue below has no shared-memory load between its stores (the compiler keeps a load after
+        // a store that may alias it; alternating, they took ~500 cycles per event, ~80 without loads).
+        float f[2] = {};
+        float2 uu[2][VT / 8] = {};
+        int at[2][VT / 8] = {};
 #pragma unroll
-          for (int half = 0; half < (warp < 4 ? 2 : 0); ++half) {
-            const int row = warp * 16 + gq + half * 8;
-            f[half] = exp_ftz(big_gamma - cs.gam[row]);
+        for (int half = 0; half < (warp < 4 ? 2 : 0); ++half) {
+          const int row = warp * 16 + gq + half * 8;
+          f[half] = exp_ftz(big_gamma - cs.gam[row]);
+#pragma unroll
+          for (int j = 0; j < VT / 8; ++j) {
+            at[half][j] = swz_u<VT>(row, j * 8 + tq * 2);
+            uu[half][j] = unpack_bf16(*reinterpret_cast<const uint32_t*>(cs.u + at[half][j]));
+          }
+        }
+        if constexpr (NS == 2) flush_snapshot();
+        zero_short_k(cs, c);
+        if (warp < 4) {
+          wgmma_wait_all(acc);
+#pragma unroll
+          for (int half = 0; half < 2; ++half)
 #pragma unroll
             for (int j = 0; j < VT / 8; ++j) {
-              at[half][j] = swz_u<VT>(row, j * 8 + tq * 2);
-              uu[half][j] = unpack_bf16(*reinterpret_cast<const uint32_t*>(cs.u + at[half][j]));
+              const float x0 = fmaf(-sb_scale, acc[4 * j + 2 * half], uu[half][j].x);
+              const float x1 = fmaf(-sb_scale, acc[4 * j + 2 * half + 1], uu[half][j].y);
+              *reinterpret_cast<uint32_t*>(sm.vh + at[half][j]) = pack_bf16(x0 * f[half], x1 * f[half]);
             }
-          }
-          if constexpr (NS == 2) flush_snapshot();
-          zero_short_k(cs, c);
-          if (warp < 4) {
-            wgmma_wait_all(acc);
-#pragma unroll
-            for (int half = 0; half < 2; ++half)
-#pragma unroll
-              for (int j = 0; j < VT / 8; ++j) {
-                const float x0 = fmaf(-sb_scale, acc[4 * j + 2 * half], uu[half][j].x);
-                const float x1 = fmaf(-sb_scale, acc[4 * j + 2 * half + 1], uu[half][j].y);
-                *reinterpret_cast<uint32_t*>(sm.vh + at[half][j]) = pack_bf16(x0 * f[half], x1 * f[half]);
-              }
-            fence_proxy_async();  // Vh, read by the state's warpgroup product
-          }
-        } else {  // v̂ = U − W Sb: this warp's 16 x kVCols tile, k = 128, kSets accumulator sets
-          // The next copies first: one thread's few instructions, and the copies' longest lead (measured 4-5
-          // % faster than issuing them after the products).
-          fetch_next();
-          float acc[kSets][2 * kNP][4] = {};
-#pragma unroll
-          for (int kk = 0; kk < (math ? kD / 16 : 0); ++kk) {
-            uint32_t af[4];
-            ldsm_x4(af, cs.w + w_off[kk & 3] + (kk >> 2) * (kC * 64));
-#pragma unroll
-            for (int np = 0; np < kNP; ++np) {
-              uint32_t bf[4];
-              ldsm_x4_t(bf, sm.sb + sb_b_off[np] + kk * 16 * VT);
-              mma(acc[kk % kSets][2 * np], af, bf[0], bf[1]);
-              mma(acc[kk % kSets][2 * np + 1], af, bf[2], bf[3]);
-            }
-          }
-          // While the products run: the previous event's snapshot.
-          flush_snapshot();
-          zero_short_k(cs, c);
-#pragma unroll
-          for (int half = 0; half < (math ? 2 : 0); ++half) {
-            const float f = exp_ftz(big_gamma - cs.gam[v_row + half * 8]);
-#pragma unroll
-            for (int nt = 0; nt < 2 * kNP; ++nt) {
-              uint32_t* u_pair = reinterpret_cast<uint32_t*>(cs.u + u_off[nt] + half * 8 * VT);
-              const float2 uu = unpack_bf16(*u_pair);
-              float x[2];
-              for (int e = 0; e < 2; ++e) {
-                const int r = 2 * half + e;
-                float ws = acc[0][nt][r];
-                if constexpr (kSets >= 2) ws += acc[1][nt][r];
-                if constexpr (kSets == 4) ws += acc[2][nt][r] + acc[3][nt][r];
-                x[e] = fmaf(-sb_scale, ws, e ? uu.y : uu.x);
-              }
-              *reinterpret_cast<uint32_t*>(sm.vh + vh_off + half * 8 * kLdT + nt * 8) =
-                  pack_bf16(x[0] * f, x[1] * f);
-            }
-          }
+          fence_proxy_async();  // Vh, read by the state's warpgroup product
         }
         // The snapshots whose copies were issued before this event (all but the newest group: the previous
         // event's, issued above) are waited for when a publication is due, so that the wait is for copies
@@ -349,57 +275,22 @@ __global__ void __launch_bounds__(NW * 32 + 32, VT == 64 ? 2 : 0)  // 64: two bl
         __syncthreads();
         if (due) publish(safe_upto);
         safe_upto = c + 1;
-        // S = e^Γ S + Kᵀ Vh on the math warps: as warpgroup products, warpgroup g the state rows 64 g.. (Wg),
-        // or as this warp's kMT x 16 rows, VT columns, k = 64 (with one m-tile the second half of k goes into
-        // a second set: two mma chains per tile).
+        // S = e^Γ S + Kᵀ Vh on the math warps as warpgroup products, warpgroup g the state rows 64 g...
         if (math) {
-          if constexpr (Wg) {
-            const float decay = exp_ftz(big_gamma);
-            float(&stf)[16] = *reinterpret_cast<float(*)[16]>(&st[0][0][0]);
-            uint32_t af[kC / 16][4];
+          const float decay = exp_ftz(big_gamma);
+          float(&stf)[16] = *reinterpret_cast<float(*)[16]>(&st[0][0][0]);
+          uint32_t af[kC / 16][4];
 #pragma unroll
-            for (int k0 = 0; k0 < kC / 16; ++k0) load_a_t_at(af[k0], cs.k, sw128, warp * 16, k0 * 16);
+          for (int k0 = 0; k0 < kC / 16; ++k0) load_a_t_at(af[k0], cs.k, sw128, warp * 16, k0 * 16);
 #pragma unroll
-            for (int e = 0; e < 16; ++e) stf[e] *= decay;
-            const uint64_t vh_desc = sw64_desc(sm.vh);
-            wgmma_fence();
+          for (int e = 0; e < 16; ++e) stf[e] *= decay;
+          const uint64_t vh_desc = sw64_desc(sm.vh);
+          wgmma_fence();
 #pragma unroll
-            for (int k0 = 0; k0 < kC / 16; ++k0)
-              wgmma_m64n32k16_rs_t(stf, af[k0], vh_desc + k0 * kSw64MnMajorStep);
-            wgmma_commit();
-            wgmma_wait_all(stf);
-          } else {
-            const float decay = exp_ftz(big_gamma);
-            [[maybe_unused]] float st2[kMT == 1 ? VT / 8 : 1][4] = {};
-            for (int mt = 0; mt < kMT; ++mt)
-              for (int nt = 0; nt < VT / 8; ++nt)
-                for (int r = 0; r < 4; ++r) st[mt][nt][r] *= decay;
-#pragma unroll
-            for (int k0 = 0; k0 < kC; k0 += 16) {
-              uint32_t af[kMT][4];
-#pragma unroll
-              for (int mt = 0; mt < kMT; ++mt) ldsm_x4_t(af[mt], cs.k + k_off[mt] + k0 * 64);
-#pragma unroll
-              for (int j = 0; j < VT / 16; ++j) {
-                uint32_t bf[4];
-                ldsm_x4_t(bf, sm.vh + b_off + k0 * kLdT + 16 * j);
-#pragma unroll
-                for (int mt = 0; mt < kMT; ++mt) {
-                  if constexpr (kMT == 1) {
-                    float(&d)[VT / 8][4] = k0 < kC / 2 ? st[0] : st2;
-                    mma(d[2 * j], af[0], bf[0], bf[1]);
-                    mma(d[2 * j + 1], af[0], bf[2], bf[3]);
-                  } else {
-                    mma(st[mt][2 * j], af[mt], bf[0], bf[1]);
-                    mma(st[mt][2 * j + 1], af[mt], bf[2], bf[3]);
-                  }
-                }
-              }
-            }
-            if constexpr (kMT == 1)
-              for (int nt = 0; nt < VT / 8; ++nt)
-                for (int r = 0; r < 4; ++r) st[0][nt][r] += st2[nt][r];
-          }
+          for (int k0 = 0; k0 < kC / 16; ++k0)
+            wgmma_m64n32k16_rs_t(stf, af[k0], vh_desc + k0 * kSw64MnMajorStep);
+          wgmma_commit();
+          wgmma_wait_all(stf);
         }
         // Sb = bf16(S): every read of the old Sb (W Sb, the snapshot's copy) is behind the barrier.
         store_sb();
@@ -424,10 +315,9 @@ __global__ void __launch_bounds__(NW * 32 + 32, VT == 64 ? 2 : 0)  // 64: two bl
 RecurrenceKernel narrow_recurrence_kernel(int stages) {
   constexpr const char* kName = "recurrence_tc_kernel";
   constexpr int kBlockThreads = 8 * 32 + 32;
-  return stages == 2 ? RecurrenceKernel{recurrence_tc_kernel<2, 32, 8, true>, kName, kBlockThreads,
-                                        rec_smem_bytes<2, 32>()}
-                     : RecurrenceKernel{recurrence_tc_kernel<4, 32, 8, true>, kName, kBlockThreads,
-                                        rec_smem_bytes<4, 32>()};
+  return stages == 2
+             ? RecurrenceKernel{recurrence_tc_kernel<2>, kName, kBlockThreads, rec_smem_bytes<2, 32>()}
+             : RecurrenceKernel{recurrence_tc_kernel<4>, kName, kBlockThreads, rec_smem_bytes<4, 32>()};
 }
 
 RecurrenceKernel recurrence_kernel(const TcPlan& plan) {
