@@ -278,6 +278,20 @@ TEST_CASE("CUDA sparse engine matches the CPU engine: masks, budgets, outputs, s
         CHECK(gpu.event_mask.values() == cpu.event_mask.values());
         CHECK(gpu.budget.values() == cpu.budget.values());
       }
+
+  // A sequence whose unit scores do not fit in the select's shared memory (more than 53 248 events: 3 400
+  // chunks of 16 tokens x 16 value heads) keeps them in the workspace: the same masks and budgets.
+  const Shape long_shape = make_shape(1, 16 * 3400, 16, 16, 16, 16);
+  const Inputs<float> long_in = random_inputs(long_shape, false, 41);
+  for (const std::string floor : {"0", "2"}) {
+    const Strategies s = make_strategies("exact", {}, "update_norm", "head_budget",
+                                         {{"rho", "0.3"}, {"min_per_head", floor}}, 16, 1, Granularity::head);
+    const EngineResult<float> cpu = run_cpu(long_in, s.config);
+    const EngineResult<float> gpu = run_cuda(long_in, s.config, CudaRunOptions{});
+    INFO("head_budget over 54 400 events, floor " << floor);
+    CHECK(gpu.event_mask.values() == cpu.event_mask.values());
+    CHECK(gpu.budget.values() == cpu.budget.values());
+  }
 }
 
 namespace {
