@@ -65,7 +65,7 @@ struct Problem {
   float scale = 0.f;          // <= 0: 1/sqrt(K)
   DType input_dtype = DType::float32;
   DType output_dtype = DType::float32;
-  // Tensor-core path (issue 5): bf16 operands with fp32 accumulation for every matrix product, bf16 U/W.
+  // Tensor-core path: bf16 operands with fp32 accumulation for every matrix product, bf16 U/W.
   // Taken only where it applies (bf16 inputs, K = V = 128, C = 64); elsewhere the fp32 path runs.
   // Error against float64 about 3e-3 (bf16 parity bound 1e-2) instead of 1e-6 on bf16-rounded inputs.
   bool tensor_cores = false;
@@ -149,11 +149,6 @@ struct StageRegisters {
   size_t recurrence_smem = 0, expand_smem = 0;
 };
 std::string stage_registers(const Problem& p, StageRegisters* r);
-
-// A measuring aid's value: the environment variable `name` (SGDN_CUDA_OUT_RUN and the others that
-// gdn_kernels.cu lists, each with the digits it takes) as that digit; -1, the rule, where it is unset or
-// empty, or holds anything else, which is then named on stderr (once for each such value).
-int measuring_switch(const char* name);
 
 }  // namespace cuda
 }  // namespace sgdn

@@ -8,7 +8,6 @@
 #include <cstring>
 #include <limits>
 #include <map>
-#include <optional>
 #include <random>
 #include <string>
 #include <utility>
@@ -110,29 +109,6 @@ struct Case {
   Shape shape;
   bool initial_state;
   int64_t group;
-};
-
-// An environment variable set for one scope and given back its earlier value (or unset) when the scope ends,
-// also when a check throws: a failing case cannot leave later cases running another code path, and a switch
-// set for the whole test run (SGDN_CUDA_REC_WARPS=4 ./sgdn_gpu_tests) holds again after the scope.
-class ScopedEnv {
- public:
-  ScopedEnv(const char* name, const char* value) : name_(name) {
-    if (const char* before = std::getenv(name)) before_ = before;
-    REQUIRE(setenv(name, value, 1) == 0);
-  }
-  ~ScopedEnv() {
-    if (before_)
-      setenv(name_, before_->c_str(), 1);
-    else
-      unsetenv(name_);
-  }
-  ScopedEnv(const ScopedEnv&) = delete;
-  ScopedEnv& operator=(const ScopedEnv&) = delete;
-
- private:
-  const char* name_;
-  std::optional<std::string> before_;
 };
 
 std::vector<Case> dense_cases() {
@@ -285,27 +261,37 @@ TEST_CASE("CUDA sparse engine matches the CPU engine: masks, budgets, outputs, s
   }
 
   // Exact ties: v = 0 from chunk 6 on gives those events the score 0 in every head; budgets that end inside
-  // the tied events must keep the earlier chunks, as the CPU does. head_budget's scores in shared memory and
-  // (SGDN_CUDA_SELECT_GLOBAL=1) in the workspace, without and with a floor (the events it marks passed over).
+  // the tied events must keep the earlier chunks, as the CPU does. head_budget without and with a floor (the
+  // events it marks passed over).
   Inputs<float> tied = in;
   const int64_t row = shape.v_heads * shape.value_dim;  // v is [B, T, HV, V]
   for (int64_t b = 0; b < shape.batch; ++b)
     for (int64_t i = (b * shape.tokens + 64 * 6) * row; i < (b + 1) * shape.tokens * row; ++i)
       tied.v[i] = 0.f;
-  for (const char* global : {"", "1"}) {
-    const ScopedEnv where("SGDN_CUDA_SELECT_GLOBAL", global);
-    for (const std::string rho : {"0.5", "0.7", "0.93"})
-      for (const std::string floor : {"0", "2"})
-        for (Granularity gran : {Granularity::pair, Granularity::head}) {
-          const Strategies s = make_strategies("exact", {}, "update_norm", "head_budget",
-                                               {{"rho", rho}, {"min_per_head", floor}}, 64, 1, gran);
-          const EngineResult<float> cpu = run_cpu(tied, s.config);
-          const EngineResult<float> gpu = run_cuda(tied, s.config, CudaRunOptions{});
-          INFO("ties, head_budget rho " << rho << " floor " << floor << " " << granularity_name(gran)
-                                        << (*global ? ", SGDN_CUDA_SELECT_GLOBAL=1" : ""));
-          CHECK(gpu.event_mask.values() == cpu.event_mask.values());
-          CHECK(gpu.budget.values() == cpu.budget.values());
-        }
+  for (const std::string rho : {"0.5", "0.7", "0.93"})
+    for (const std::string floor : {"0", "2"})
+      for (Granularity gran : {Granularity::pair, Granularity::head}) {
+        const Strategies s = make_strategies("exact", {}, "update_norm", "head_budget",
+                                             {{"rho", rho}, {"min_per_head", floor}}, 64, 1, gran);
+        const EngineResult<float> cpu = run_cpu(tied, s.config);
+        const EngineResult<float> gpu = run_cuda(tied, s.config, CudaRunOptions{});
+        INFO("ties, head_budget rho " << rho << " floor " << floor << " " << granularity_name(gran));
+        CHECK(gpu.event_mask.values() == cpu.event_mask.values());
+        CHECK(gpu.budget.values() == cpu.budget.values());
+      }
+
+  // A sequence whose unit scores do not fit in the select's shared memory (more than 53 248 events: 3 400
+  // chunks of 16 tokens x 16 value heads) keeps them in the workspace: the same masks and budgets.
+  const Shape long_shape = make_shape(1, 16 * 3400, 16, 16, 16, 16);
+  const Inputs<float> long_in = random_inputs(long_shape, false, 41);
+  for (const std::string floor : {"0", "2"}) {
+    const Strategies s = make_strategies("exact", {}, "update_norm", "head_budget",
+                                         {{"rho", "0.3"}, {"min_per_head", floor}}, 16, 1, Granularity::head);
+    const EngineResult<float> cpu = run_cpu(long_in, s.config);
+    const EngineResult<float> gpu = run_cuda(long_in, s.config, CudaRunOptions{});
+    INFO("head_budget over 54 400 events, floor " << floor);
+    CHECK(gpu.event_mask.values() == cpu.event_mask.values());
+    CHECK(gpu.budget.values() == cpu.budget.values());
   }
 }
 
@@ -636,12 +622,10 @@ TEST_CASE("CUDA tensor-core path matches float64 within the bf16 bound", "[gpu][
       // 301 chunks: progress published many times and a second mask window (256 chunks)
       {make_shape(1, 64 * 300 + 9, 1, 2), true, 1},
       // More 32-column recurrence blocks (2 x 32 heads x 4 tiles) than multiprocessors (132 on the H200):
-      // 128 blocks of 64 columns. With the dense selector and G = 1, v = U − W S goes from the recurrence to
-      // the output stage through memory (at 64 columns; at 32 only when forced, as in the 8-warp runs below;
-      // the cases with G > 1 recompute it in the output stage).
+      // 128 blocks of 64 columns, one wave of the warp-specialised one-pass blocks (dense, G = 1).
       {make_shape(2, 64 * 5 + 7, 8, 32), true, 1},
-      // 6 x 32 heads: 384 blocks of 64 columns, two per multiprocessor, in more than one wave; then 4 x 32
-      // heads with G = 2, 64-column blocks with v recomputed in the output stage
+      // 6 x 32 heads: 384 blocks of 64 columns, more than one wave: the one-pass blocks of two warpgroups;
+      // then 4 x 32 heads with G = 2, the separate 64-column warpgroup recurrence and mma.sync output blocks
       {make_shape(6, 64 * 3 + 7, 8, 32), true, 1},
       {make_shape(4, 64 * 3 + 7, 8, 32), true, 2}};
   int index = 0;
@@ -649,29 +633,10 @@ TEST_CASE("CUDA tensor-core path matches float64 within the bf16 bound", "[gpu][
   for (const Case& cs : cases) {
     const Inputs<float> in = random_inputs(cs.shape, cs.initial_state, 5000 + uint64_t(index));
     const TokenRecurrenceResult ref = token_recurrence(in.cast<double>());
-    // The recurrence blocks are 8-warp blocks of warpgroup products at 32 columns (the small cases) and
-    // warpgroup (wgmma) blocks at 64 (the 32-head ones); 8 warps are forced once too, with the mma.sync
-    // output blocks (G = 1 has warpgroup output blocks by default; G > 1 has only the mma.sync ones) and v
-    // through memory (G = 1; by default only at 64 columns), which makes them mma.sync recurrence blocks at
-    // both widths with G = 1 (with G > 1, v stays in the recurrence and 32 columns keep the warpgroup form);
-    // and once without the 32-column warpgroup form (SGDN_CUDA_REC_WG32=0: 4-warp mma.sync blocks).
-    // And the dense selector's recurrence with its outputs in one pass (G = 1): by default where the blocks
-    // are warpgroup blocks of 64 columns (the 32-head cases: for 2 sequences the warp-specialised blocks, for
-    // 6 blocks of 2 warpgroups), forced in each form on every case (1 and 2 warpgroups, warp-specialised),
-    // and switched off once (the separate stages, v through memory).
-    struct Variant {
-      const char *warps, *fused, *wg32;
-    };
-    for (const auto& [warps, fused, wg32] :
-         {Variant{"", "", ""}, Variant{"8", "", ""}, Variant{"", "", "0"}, Variant{"", "1", ""},
-          Variant{"", "2", ""}, Variant{"", "3", ""}, Variant{"", "0", ""}}) {
-      if (*fused && cs.group > 1) continue;  // one pass only with G = 1
-      const ScopedEnv one_pass("SGDN_CUDA_FUSED", fused);
-      const ScopedEnv warpgroup32("SGDN_CUDA_REC_WG32", wg32);
-      const ScopedEnv rec_warps("SGDN_CUDA_REC_WARPS", warps);
-      const ScopedEnv mma_sync("SGDN_CUDA_REC_WG", *warps ? "0" : "");
-      const ScopedEnv mma_sync_outputs("SGDN_CUDA_OUT_WG", *warps ? "0" : "");
-      const ScopedEnv v_through("SGDN_CUDA_V_THROUGH", *warps ? "1" : "");
+    // The recurrence blocks are 8-warp blocks of warpgroup products at 32 columns (the small cases) beside
+    // the output blocks; the 32-head cases take 64 columns: with G = 1 the one-pass forms (recurrence and
+    // outputs together), with G = 2 the warpgroup recurrence blocks and the separate output stage.
+    {
       Strategies s = make_strategies("exact", {}, "survival", "dense", {}, 64, cs.group, Granularity::pair);
       for (bool out16 : {false, true}) {
         CudaRunOptions options;
@@ -680,14 +645,10 @@ TEST_CASE("CUDA tensor-core path matches float64 within the bf16 bound", "[gpu][
         options.tensor_cores = true;
         const EngineResult<float> gpu = run_cuda(in, s.config, options);
         const double err_o = rel_error(gpu.o, ref.o), err_s = rel_error(gpu.final_state, ref.final_state);
-        std::printf("tc dense T=%lld B=%lld HV=%lld S0=%d G=%lld out %s%s%s%s%s: rel err o %.3e state %.3e\n",
+        std::printf("tc dense T=%lld B=%lld HV=%lld S0=%d G=%lld out %s: rel err o %.3e state %.3e\n",
                     (long long)cs.shape.tokens, (long long)cs.shape.batch, (long long)cs.shape.v_heads,
-                    int(cs.initial_state), (long long)cs.group, out16 ? "bf16" : "fp32",
-                    *warps ? ", 8 warps" : "", *wg32 ? ", SGDN_CUDA_REC_WG32=0" : "",
-                    *fused ? ", SGDN_CUDA_FUSED=" : "", fused, err_o, err_s);
-        INFO("tc case " << index << (*warps ? ", 8-warp recurrence blocks, v through memory" : "")
-                        << (*wg32 ? ", SGDN_CUDA_REC_WG32=0" : "") << (*fused ? ", SGDN_CUDA_FUSED=" : "")
-                        << fused);
+                    int(cs.initial_state), (long long)cs.group, out16 ? "bf16" : "fp32", err_o, err_s);
+        INFO("tc case " << index);
         CHECK(err_o <= 1e-2);
         CHECK(err_s <= 1e-2);
         worst = std::max(worst, std::max(err_o, err_s));
@@ -724,24 +685,14 @@ TEST_CASE("CUDA tensor-core path matches float64 within the bf16 bound", "[gpu][
                               : std::map<std::string, std::string>{{"block", "16"}, {"band", "1"}},
             sel == "topk" || sel == "stride" || sel == "random" ? "survival" : "update_norm",
             capped ? "head_budget" : sel, params, 64, group, Granularity::pair);
-        // G = 1 with the warpgroup output blocks (the default) and the mma.sync ones, and with the 32-column
-        // recurrence blocks' mma.sync form (SGDN_CUDA_REC_WG32=0) instead of their warpgroup products.
-        for (const char* kernels : {"", "o", "r"}) {
-          if (group > 1 && *kernels) continue;
-          const ScopedEnv output_blocks("SGDN_CUDA_OUT_WG", *kernels == 'o' ? "0" : "");
-          const ScopedEnv warpgroup32("SGDN_CUDA_REC_WG32", *kernels == 'r' ? "0" : "");
-          const TcAgainstCpu r = run_tc_against_cpu(in, s.config);
-          ++configurations;
-          INFO("tc sparse " << sel << " " << solver << " G " << group
-                            << (*kernels == 'o'   ? ", mma.sync outputs"
-                                : *kernels == 'r' ? ", mma.sync recurrence"
-                                                  : ""));
-          CHECK(rel_error(r.gpu.event_score, r.cpu.event_score) <= 1e-2);
-          CHECK(double(r.differ) <= 0.05 * double(r.gpu.event_mask.size()));
-          if (r.differ) continue;
-          ++compared;
-          worst = std::max(worst, check_tc_outputs(r));
-        }
+        const TcAgainstCpu r = run_tc_against_cpu(in, s.config);
+        ++configurations;
+        INFO("tc sparse " << sel << " " << solver << " G " << group);
+        CHECK(rel_error(r.gpu.event_score, r.cpu.event_score) <= 1e-2);
+        CHECK(double(r.differ) <= 0.05 * double(r.gpu.event_mask.size()));
+        if (r.differ) continue;
+        ++compared;
+        worst = std::max(worst, check_tc_outputs(r));
       }
   std::printf("tc sparse vs run_cpu: %d of %d configurations with equal masks compared\n", compared,
               configurations);
@@ -871,69 +822,47 @@ std::pair<int64_t, int64_t> bit_differences(const std::vector<T>& a, const std::
 }
 }  // namespace
 
-TEST_CASE("CUDA tensor-core outputs beside the recurrence equal the serial launch", "[gpu][tc][overlap]") {
-  Inputs<float> in = random_inputs(make_shape(2, 64 * 600 + 17, 2, 4), true, 77);
-  round_to_bf16(in);
+// The output blocks run beside the recurrence, each waiting on its chunks' progress flags, and the mask
+// expansion beside both: a missed wait would read a snapshot or a group record before it is written, and
+// differ from run to run. Every repeat of a forward gives the same bits: 2 sequences of 4 value heads (32
+// recurrence blocks of 32 columns; output runs of 2 chunks under head_budget with G = 1) and 6 of 32 (768
+// blocks of 32 columns, more than two per multiprocessor: 64 columns, output runs of 4), head_budget and the
+// dense selector (whose packed batch with G = 1 takes the one-pass form), G = 1 and 3.
+TEST_CASE("CUDA tensor-core outputs beside the recurrence are the same in every run", "[gpu][tc][overlap]") {
   CudaRunOptions options;
   options.input_precision = CudaPrecision::bfloat16;
   options.output_precision = CudaPrecision::bfloat16;
   options.tensor_cores = true;
-  // 32-column blocks (warpgroup products; mma.sync with SGDN_CUDA_REC_WG32=0), 64-column blocks on one
-  // warpgroup (wgmma), 64-column blocks of 4 warps (mma.sync, SGDN_CUDA_REC_WG=0); the output blocks with
-  // G = 1 on warpgroups (wgmma) and, once, with mma.sync (SGDN_CUDA_OUT_WG=0)
-  struct Kernels {
-    const char *wide, *wgmma, *out_wgmma, *wg32;
-  };
-  const Kernels kernels[] = {
-      {"0", "", "", ""}, {"0", "", "", "0"}, {"1", "", "", ""}, {"1", "0", "", ""}, {"0", "", "0", ""}};
-  for (const auto& [wide, wgmma, out_wgmma, wg32] : kernels)
+  for (const Shape& shape : {make_shape(2, 64 * 600 + 17, 2, 4), make_shape(6, 64 * 50 + 17, 8, 32)}) {
+    Inputs<float> in = random_inputs(shape, true, 77);
+    round_to_bf16(in);
     for (const std::string sel : {"head_budget", "dense"})
       for (int64_t group : {1, 3}) {
-        if (*out_wgmma && group > 1) continue;  // G > 1 has only mma.sync output blocks
-        const ScopedEnv columns("SGDN_CUDA_REC_WIDE", wide);
-        const ScopedEnv warpgroup("SGDN_CUDA_REC_WG", wgmma);
-        const ScopedEnv output_blocks("SGDN_CUDA_OUT_WG", out_wgmma);
-        const ScopedEnv warpgroup32("SGDN_CUDA_REC_WG32", wg32);
         const Strategies s =
             sel == "dense"
                 ? make_strategies("exact", {}, "survival", "dense", {}, 64, group, Granularity::pair)
                 : make_strategies("block_adjacent", {{"block", "16"}, {"band", "1"}}, "update_norm",
                                   "head_budget", {{"rho", "0.29"}}, 64, group, Granularity::pair);
-        EngineResult<float> serial;
-        {
-          const ScopedEnv plain_launch("SGDN_CUDA_SERIAL_OUTPUTS", "1");
-          serial = run_cuda(in, s.config, options);
-        }
+        const EngineResult<float> first = run_cuda(in, s.config, options);
         int64_t kept = 0;
-        for (uint8_t m : serial.event_mask.values()) kept += m;
-        INFO(sel << " G " << group << ", " << (*wide == '1' ? 64 : 32) << "-column recurrence blocks"
-                 << (*wgmma || *wg32 ? " (mma.sync)" : "") << (*out_wgmma ? ", mma.sync output blocks" : "")
-                 << ", " << kept << " of " << serial.event_mask.size() << " events kept");
-        CHECK((kept < serial.event_mask.size()) == (sel != "dense"));
-        for (int repeat = 0; repeat < 8; ++repeat) {
-          const bool other_stages = repeat == 3;
-          const ScopedEnv stages("SGDN_CUDA_REC_STAGES", !other_stages ? "" : sel == "dense" ? "3" : "2");
-          // Runs of 1 and 4 chunks per output block (sparse, G = 1; the default is 2), and a sequence's last
-          // chunks taken one per block: none, 3, and more than a sequence has (the default is 1). Every
-          // chunk's output is computed alike, from its own start state.
-          const char* run = repeat == 4 ? "1" : repeat == 5 || repeat == 6 ? "4" : repeat == 7 ? "2" : "";
-          const char* tail = repeat == 5 ? "0" : repeat == 6 ? "3" : repeat == 7 ? "9" : "";
-          const ScopedEnv output_run("SGDN_CUDA_OUT_RUN", run);
-          const ScopedEnv output_tail("SGDN_CUDA_OUT_TAIL", tail);
-          const EngineResult<float> overlapped = run_cuda(in, s.config, options);
-          INFO("repeat " << repeat << (other_stages ? " (other recurrence stages)" : "")
-                         << (*run ? ", output runs of " : "") << run
-                         << (*tail ? ", the last ones alone: " : "") << tail);
-          REQUIRE(bit_differences(overlapped.event_mask.values(), serial.event_mask.values()).first == 0);
-          const auto [o_count, o_first] = bit_differences(overlapped.o.values(), serial.o.values());
+        for (uint8_t m : first.event_mask.values()) kept += m;
+        INFO(sel << " G " << group << ", " << shape.batch << " x " << shape.v_heads << " value heads, "
+                 << kept << " of " << first.event_mask.size() << " events kept");
+        CHECK((kept < first.event_mask.size()) == (sel != "dense"));
+        for (int repeat = 1; repeat < 8; ++repeat) {
+          const EngineResult<float> again = run_cuda(in, s.config, options);
+          INFO("repeat " << repeat);
+          REQUIRE(bit_differences(again.event_mask.values(), first.event_mask.values()).first == 0);
+          const auto [o_count, o_first] = bit_differences(again.o.values(), first.o.values());
           const auto [s_count, s_first] =
-              bit_differences(overlapped.final_state.values(), serial.final_state.values());
+              bit_differences(again.final_state.values(), first.final_state.values());
           INFO("o: " << o_count << " elements differ, the first at " << o_first
                      << "; final state: " << s_count << ", the first at " << s_first);
           CHECK(o_count == 0);
           CHECK(s_count == 0);
         }
       }
+  }
 }
 
 namespace {
@@ -1088,35 +1017,6 @@ TEST_CASE("CUDA mask expansion blocks fit beside two chain blocks", "[gpu][tc][r
   CHECK(2 * r.recurrence_threads + r.expand_threads <= 2048);
 }
 
-// The measuring aids read one digit that the switch takes, else the rule (-1): a sweep's value the switch
-// does not take ("16" for the output runs, which once measured the rule as if it were runs of 16) reads as
-// unset, and is named on stderr instead of passing silently.
-TEST_CASE("CUDA measuring switches take only their own digits", "[gpu][switches]") {
-  const char* runs = "SGDN_CUDA_OUT_RUN";
-  for (const auto& [value, expected] : std::vector<std::pair<const char*, int>>{
-           {"", -1}, {"1", 1}, {"2", 2}, {"4", 4}, {"8", 8}, {"3", -1}, {"16", -1}, {"0", -1}, {"x", -1}}) {
-    const ScopedEnv set(runs, value);
-    INFO(runs << "=\"" << value << "\"");
-    CHECK(cuda::measuring_switch(runs) == expected);
-  }
-  {
-    const ScopedEnv set("SGDN_CUDA_REC_STAGES", "4");
-    CHECK(cuda::measuring_switch("SGDN_CUDA_REC_STAGES") == 4);
-  }
-  {
-    const ScopedEnv set("SGDN_CUDA_REC_STAGES", "5");
-    CHECK(cuda::measuring_switch("SGDN_CUDA_REC_STAGES") == -1);
-  }
-  {
-    const ScopedEnv set("SGDN_CUDA_OUT_TAIL", "0");
-    CHECK(cuda::measuring_switch("SGDN_CUDA_OUT_TAIL") == 0);
-  }
-  {
-    const ScopedEnv set("SGDN_CUDA_NOT_A_SWITCH", "1");  // a name the table lacks takes no value
-    CHECK(cuda::measuring_switch("SGDN_CUDA_NOT_A_SWITCH") == -1);
-  }
-}
-
 // A small case for compute-sanitizer (memcheck, racecheck): every stage, a ragged chunk, G = 2, snapshots.
 TEST_CASE("CUDA small sparse case for the sanitizers", "[gpu][small]") {
   const Shape shape = make_shape(2, 100, 1, 2, 32, 32);
@@ -1161,44 +1061,28 @@ TEST_CASE("CUDA small sparse case for the sanitizers", "[gpu][small]") {
   tc.selector = "stride";
   tc.selector_params = {{"rho", "0.5"}};
   check_varlen(tc);
-  {
-    // the 32-column recurrence blocks' mma.sync form instead of their warpgroup products
-    const ScopedEnv warpgroup32("SGDN_CUDA_REC_WG32", "0");
-    check_varlen(tc);
-  }
-  // Runs of chunks per output block, as long inputs take them (8: longer than these sequences), with bf16 or
-  // fp32 outputs, and a sequence's last chunks taken one per block ("": the default).
-  struct RunVariant {
-    const char* run;
-    const char* tail;
-    bool out_bf16;
-  };
-  for (const RunVariant& v :
-       {RunVariant{"2", "", true}, RunVariant{"4", "", true}, RunVariant{"4", "", false},
-        RunVariant{"8", "", true}, RunVariant{"2", "1", true}, RunVariant{"4", "2", true}}) {
-    const ScopedEnv output_run("SGDN_CUDA_OUT_RUN", v.run);
-    const ScopedEnv output_tail("SGDN_CUDA_OUT_TAIL", v.tail);
-    tc.out_bf16 = v.out_bf16;
-    INFO("output runs of " << v.run << (v.out_bf16 ? ", bf16 outputs" : ", fp32 outputs")
-                           << (*v.tail ? ", the last ones alone: " : "") << v.tail);
-    check_varlen(tc);
-  }
-  tc.out_bf16 = true;
   tc.selector = "dense";
   tc.selector_params = {};
   check_varlen(tc);
-  {
-    // v through memory with 32-column recurrence blocks (a measuring aid's path; by default only 64-column
-    // blocks take it), past the sequences' ragged ends and the empty one
-    const ScopedEnv v_through("SGDN_CUDA_V_THROUGH", "1");
-    check_varlen(tc);
+  // Runs of chunks per output block, as longer inputs take them: at least 8 blocks of one chunk per
+  // multiprocessor (16 value heads x 78 chunks: runs of 2 up to 156 multiprocessors), each sequence's last
+  // chunk alone, bf16 and fp32 outputs.
+  VarlenCase runs = tc_varlen_case({64 * 70 + 5, 0, 64 * 5}, 4, 16);
+  runs.selector = "stride";
+  runs.selector_params = {{"rho", "0.5"}};
+  for (const bool out_bf16 : {true, false}) {
+    runs.out_bf16 = out_bf16;
+    INFO("output runs, " << (out_bf16 ? "bf16" : "fp32") << " outputs");
+    check_varlen(runs);
   }
-  // The dense selector's recurrence with its outputs in one pass, in each of its forms (by default only
-  // packed batches of many heads take one): 1 and 2 warpgroups, warp-specialised.
-  for (const char* form : {"1", "2", "3"}) {
-    const ScopedEnv one_pass("SGDN_CUDA_FUSED", form);
-    INFO("SGDN_CUDA_FUSED=" << form);
-    check_varlen(tc);
+  // The dense selector's recurrence with its outputs in one pass, as packed batches of many heads take it,
+  // past the sequences' ragged ends and the empty one: 4 x 16 value heads (256 blocks of 32 columns, 128 of
+  // 64: one wave of the warp-specialised blocks on 132 multiprocessors) and 4 x 32 (two warpgroups a block).
+  for (const int HV : {16, 32}) {
+    VarlenCase one_pass = tc_varlen_case({150, 0, 70, 64 * 3 + 1}, HV / 4, HV);
+    one_pass.out_bf16 = true;
+    INFO("one pass, " << HV << " value heads");
+    check_varlen(one_pass);
   }
 }
 
