@@ -9,24 +9,6 @@
 namespace sgdn {
 namespace cuda {
 
-const char* selector_name(SelectorKind s) {
-  switch (s) {
-    case SelectorKind::dense:
-      return "dense";
-    case SelectorKind::random:
-      return "random";
-    case SelectorKind::stride:
-      return "stride";
-    case SelectorKind::topk:
-      return "topk";
-    case SelectorKind::head_budget:
-      return "head_budget";
-    case SelectorKind::threshold:
-      return "threshold";
-  }
-  return "?";
-}
-
 std::string check_problem(const Problem& p) {
   auto msg = [](auto... parts) {
     std::string out;

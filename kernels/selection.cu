@@ -1,9 +1,10 @@
 // Stage 4, the selection: each selector's marking kernels over the unit scores (radix selects, no sort),
 // then the unit mask expanded to the value heads with the budgets and the output groups' start records.
-// The rules the CPU selectors share (budget_of's rounding, random's splitmix64 stream and uniform_below) are
-// here, beside the kernels that apply them.
+// The rules the CPU selectors share (budget_of's rounding, random's stream, stride's positions) come from
+// core/selection_rules.h, written once for both backends.
 #include <cub/cub.cuh>
 
+#include "core/selection_rules.h"
 #include "kernels/common/launch.h"
 #include "kernels/common/records.h"
 #include "kernels/stages.h"
@@ -24,10 +25,6 @@ int key_tie_bits(const Problem& p) {
 }
 // ---------------------------------------------------------------------------------------------------------
 // 4. Selection. Unit arrays of sequence s live at base = chunk_offset[s] * HV, laid out [units, N_s].
-__device__ __forceinline__ int64_t budget_of(double rho, int64_t n) {
-  return llround(rho * double(n));
-}
-
 // The order-preserving bits of a score (descending scores: descending bits; −0 as +0).
 __device__ __forceinline__ uint32_t score_bits(float score) {
   if (score == 0.f) score = 0.f;  // -0 -> +0
@@ -278,25 +275,12 @@ __global__ void mark_stride_kernel(const int32_t* chunk_offset, int HV, int unit
   const int64_t keep = min_i64(n, budget_of(rho, n));
   for (int64_t e = threadIdx.x; e < keep * units; e += blockDim.x) {
     const int64_t u = e / keep, i = e % keep;
-    unit_mask[base + u * n + ((2 * i + 1) * n) / (2 * keep)] = 1;
+    unit_mask[base + u * n + stride_chunk(i, keep, n)] = 1;
   }
 }
 
 // `random`: the CPU selector's generator (splitmix64, rejection sampling, partial Fisher–Yates) so that a
 // seed picks the same chunks on both backends. One thread per (sequence, unit).
-__device__ uint64_t splitmix64(uint64_t& state) {
-  uint64_t z = (state += 0x9E3779B97F4A7C15ull);
-  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-  return z ^ (z >> 31);
-}
-__device__ uint64_t uniform_below(uint64_t& state, uint64_t bound) {
-  const uint64_t limit = ~uint64_t{0} - (~uint64_t{0} % bound);
-  uint64_t x;
-  do x = splitmix64(state);
-  while (x >= limit);
-  return x % bound;
-}
 __global__ void mark_random_kernel(const int32_t* chunk_offset, int64_t num_seqs, int HV, int units,
                                    double rho, uint64_t seed, int32_t* scratch, uint8_t* unit_mask) {
   const int64_t task = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
@@ -306,7 +290,7 @@ __global__ void mark_random_kernel(const int32_t* chunk_offset, int64_t num_seqs
   const int64_t n = chunk_offset[s + 1] - chunk_offset[s];
   const int64_t base = int64_t(chunk_offset[s]) * HV + u * n;
   const int64_t keep = min_i64(n, budget_of(rho, n));
-  uint64_t state = seed * 0x100000001B3ull ^ (uint64_t(s) << 32) ^ uint64_t(u);
+  uint64_t state = random_stream_start(seed, s, u);
   int32_t* chunks = scratch + base;
   for (int64_t c = 0; c < n; ++c) chunks[c] = int32_t(c);
   for (int64_t i = 0; i < keep; ++i) {
