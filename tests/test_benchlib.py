@@ -59,12 +59,26 @@ class BenchlibTest(unittest.TestCase):
                 "method": "m", "shape": {"ours_out_dtype": "bfloat16"}}
         rows = [{"layout": "1x4K", "config": "dense", "lib": "ours", "ours_ms": 0.2, "fla_ms": 0.3, "qla_ms": None,
                  "speedup": 1.5, "speedup_vs_qla": None, "ours_bytes": 2**20}]
-        text = benchlib.markdown(meta, rows, "cmd")
+        text = benchlib.markdown(meta, rows, ["cmd"])
         table = [l for l in text.splitlines() if l.startswith("|")]
         self.assertEqual(len(table), 3)
         widths = {l.count("|") for l in table}
         self.assertEqual(len(widths), 1, table)  # header, rule and rows have the same number of cells
         self.assertIn("| 1x4K | dense | ours | 0.200 | 0.300 |  |  | 1.50 |  | 1 |", text)
+        self.assertIn("    cmd\n", text)
+
+    def test_merge(self):
+        run = lambda layout, date, cmd, device="NVIDIA H200": {
+            "device": device, "date": date, "commands": [cmd],
+            "rows": [{"layout": layout, "config": "dense", "lib": "ours"}]}
+        merged = benchlib.merge_results([run("1x4K", "d1", "a"), run("4x8K", "d2", "b")])
+        self.assertEqual([r["layout"] for r in merged["rows"]], ["1x4K", "4x8K"])
+        self.assertEqual(merged["commands"], ["a", "b"])
+        self.assertEqual(merged["date"], "d1 .. d2")
+        self.assertRaisesRegex(benchlib.UsageError, "different cards", benchlib.merge_results,
+                               [run("1x4K", "d", "a"), run("4x8K", "d", "b", "NVIDIA H100")])
+        self.assertRaisesRegex(benchlib.UsageError, "more than one file", benchlib.merge_results,
+                               [run("1x4K", "d", "a"), run("1x4K", "d", "b")])
 
 
 if __name__ == "__main__":

@@ -307,6 +307,8 @@ def main():
     ap.add_argument("--name", help="base name of the result files (default: the GPU model, e.g. h100)")
     ap.add_argument("--no-fla", action="store_true", help="do not time FLA")
     ap.add_argument("--no-qla", action="store_true", help="do not time FlashQLA")
+    ap.add_argument("--no-qla-nocp", action="store_true",
+                    help="time FlashQLA with its context parallelism only (each form compiles its own kernels)")
     args = ap.parse_args()
     try:
         libs_named = benchlib.parse_libs(args.lib)
@@ -351,7 +353,8 @@ def main():
         inputs, cu = layout_inputs(T, lengths)
         fla = Reference(f"{lname} FLA", fla_fn, inputs, cu)
         qla = Reference(f"{lname} FlashQLA", qla_fn, inputs, cu)
-        qla_nocp = Reference(f"{lname} FlashQLA auto_cp=False", qla_fn, inputs, cu, auto_cp=False)
+        qla_nocp = Reference(f"{lname} FlashQLA auto_cp=False", None if args.no_qla_nocp else qla_fn, inputs, cu,
+                             auto_cp=False)
         qla_err = {name: float(f"{rel(ref.o, fla.o):.3e}") if ref.o is not None and fla.o is not None else None
                    for name, ref in (("qla", qla), ("qla_nocp", qla_nocp))}
         qla.o = qla_nocp.o = None  # only FLA's output stays, for the error column
@@ -390,10 +393,10 @@ def main():
     narrowed = bool(args.quick or args.layouts or args.configs or args.out_dtype != "bfloat16")
     name = benchlib.result_name(model, narrowed, args.name)
     os.makedirs(args.out, exist_ok=True)
+    command = ("python3 experiments/perf/bench.py " + " ".join(sys.argv[1:])).strip()
     with open(os.path.join(args.out, name + ".json"), "w") as f:
-        json.dump(dict(meta, rows=rows), f, indent=1)
-    command = "python3 experiments/perf/bench.py " + " ".join(sys.argv[1:])
-    text = benchlib.markdown(meta, rows, command.strip())
+        json.dump(dict(meta, rows=rows, commands=[command]), f, indent=1)
+    text = benchlib.markdown(meta, rows, [command])
     with open(os.path.join(args.out, name + ".md"), "w") as f:
         f.write(text)
     print(text)

@@ -144,8 +144,8 @@ def table_lines(rows):
     return lines
 
 
-def markdown(meta, rows, command):
-    """The results file's markdown: the card, versions, method, the table and the command that made it."""
+def markdown(meta, rows, commands):
+    """The results file's markdown: the card, versions, method, the table and the commands that made it."""
     versions = ", ".join(f"{k} {v}" for k, v in meta["versions"].items())
     libs = "; ".join(f"{name}: {path}" for name, path in meta["libs"].items())
     return "\n".join([
@@ -161,4 +161,49 @@ def markdown(meta, rows, command):
         "FlashQLA's working memory (allocation growth during one call, less its outputs). rel err: our output "
         "against FLA's (for sparse rows, the approximation error of sparsity).", "",
         *table_lines(rows), "",
-        "Command:", "", "    " + command, ""])
+        "Command:" if len(commands) == 1 else "Commands (one results file from their runs, merged):", "",
+        *("    " + c for c in commands), ""])
+
+
+def merge_results(results):
+    """One results file from several runs of bench.py on one card (e.g. single sequences and packed batches
+    run separately): their rows in order, the first run's description, every run's command and date."""
+    if not results:
+        raise UsageError("merge: no results files given")
+    devices = {r["device"] for r in results}
+    if len(devices) > 1:
+        raise UsageError("merge: results from different cards: " + "; ".join(sorted(devices)))
+    merged = dict(results[0])
+    merged["rows"] = [row for r in results for row in r["rows"]]
+    merged["commands"] = [c for r in results for c in r.get("commands", [])]
+    merged["date"] = " .. ".join(sorted({r["date"] for r in results}))
+    keys = [(row["layout"], row["config"], row["lib"]) for row in merged["rows"]]
+    if len(set(keys)) != len(keys):
+        raise UsageError("merge: a (layout, configuration, library) row appears in more than one file")
+    return merged
+
+
+def main(argv):
+    """`benchlib.py merge OUT_BASE A.json B.json ...`: writes OUT_BASE.json and OUT_BASE.md."""
+    import json
+
+    if len(argv) < 3 or argv[0] != "merge":
+        raise SystemExit("usage: benchlib.py merge OUT_BASE RESULTS.json [RESULTS.json ...]")
+    results = []
+    for path in argv[2:]:
+        with open(path) as f:
+            results.append(json.load(f))
+    try:
+        merged = merge_results(results)
+    except UsageError as exc:
+        raise SystemExit(str(exc))
+    with open(argv[1] + ".json", "w") as f:
+        json.dump(merged, f, indent=1)
+    with open(argv[1] + ".md", "w") as f:
+        f.write(markdown(merged, merged["rows"], merged["commands"]))
+
+
+if __name__ == "__main__":
+    import sys
+
+    main(sys.argv[1:])
