@@ -75,6 +75,11 @@ class BenchlibTest(unittest.TestCase):
         self.assertEqual([r["layout"] for r in merged["rows"]], ["1x4K", "4x8K"])
         self.assertEqual(merged["commands"], ["a", "b"])
         self.assertEqual(merged["date"], "d1 .. d2")
+        two_libs = run("1x4K", "d", "a")
+        two_libs["rows"].append({"layout": "1x4K", "config": "dense", "lib": "old"})
+        self.assertEqual([r["lib"] for r in benchlib.merge_results([two_libs], "ours")["rows"]], ["ours"])
+        self.assertRaisesRegex(benchlib.UsageError, "no rows of the library x", benchlib.merge_results,
+                               [two_libs], "x")
         self.assertRaisesRegex(benchlib.UsageError, "different cards", benchlib.merge_results,
                                [run("1x4K", "d", "a"), run("4x8K", "d", "b", "NVIDIA H100")])
         self.assertRaisesRegex(benchlib.UsageError, "more than one file", benchlib.merge_results,

@@ -165,16 +165,21 @@ def markdown(meta, rows, commands):
         *("    " + c for c in commands), ""])
 
 
-def merge_results(results):
+def merge_results(results, lib=None):
     """One results file from several runs of bench.py on one card (e.g. single sequences and packed batches
-    run separately): their rows in order, the first run's description, every run's command and date."""
+    run separately): their rows in order (only library `lib`'s, if given), the first run's description, every
+    run's command and date."""
     if not results:
         raise UsageError("merge: no results files given")
     devices = {r["device"] for r in results}
     if len(devices) > 1:
         raise UsageError("merge: results from different cards: " + "; ".join(sorted(devices)))
     merged = dict(results[0])
-    merged["rows"] = [row for r in results for row in r["rows"]]
+    merged["rows"] = [row for r in results for row in r["rows"] if lib is None or row["lib"] == lib]
+    if lib is not None:
+        if not merged["rows"]:
+            raise UsageError(f"merge: no rows of the library {lib}")
+        merged["libs"] = {lib: merged["libs"][lib]} if lib in merged.get("libs", {}) else merged.get("libs", {})
     merged["commands"] = [c for r in results for c in r.get("commands", [])]
     merged["date"] = " .. ".join(sorted({r["date"] for r in results}))
     keys = [(row["layout"], row["config"], row["lib"]) for row in merged["rows"]]
@@ -184,17 +189,21 @@ def merge_results(results):
 
 
 def main(argv):
-    """`benchlib.py merge OUT_BASE A.json B.json ...`: writes OUT_BASE.json and OUT_BASE.md."""
+    """`benchlib.py merge [--lib NAME] OUT_BASE A.json B.json ...`: writes OUT_BASE.json and OUT_BASE.md."""
     import json
 
+    lib = None
+    if len(argv) > 2 and argv[1] == "--lib":
+        lib = argv[2]
+        argv = argv[:1] + argv[3:]
     if len(argv) < 3 or argv[0] != "merge":
-        raise SystemExit("usage: benchlib.py merge OUT_BASE RESULTS.json [RESULTS.json ...]")
+        raise SystemExit("usage: benchlib.py merge [--lib NAME] OUT_BASE RESULTS.json [RESULTS.json ...]")
     results = []
     for path in argv[2:]:
         with open(path) as f:
             results.append(json.load(f))
     try:
-        merged = merge_results(results)
+        merged = merge_results(results, lib)
     except UsageError as exc:
         raise SystemExit(str(exc))
     with open(argv[1] + ".json", "w") as f:
