@@ -196,6 +196,8 @@ void execute_run(const RunSpec& run, PreparedWorkload& pw, const std::string& pa
     f.set_attr(root, "workload", run.workload_id);
     f.set_attr(root, "backend", backend);
     f.set_attr(root, "label", run.label());
+    for (const auto& [axis, name] : run.variants)
+      f.set_attr(root, axis.empty() ? "variant" : "variant." + axis, name);
     if (run.get_bool("dump.outputs")) {
       f.write(root + "/outputs/o", res.o);
       written.insert(written.begin(), "outputs/o");
