@@ -9,6 +9,7 @@
 #include <sstream>
 
 #include "algorithms/selector.h"
+#include "analysis/battery_table.h"
 #include "core/error.h"
 #include "core/hdf5_file.h"
 #include "core/params.h"
@@ -304,6 +305,7 @@ void print_analysis(std::ostream& out, const std::vector<RunRecord>& all_runs, s
     out << "\nEvents kept per head group (% of chunks; one number per group, in head order)\n\n";
     print_table(out, {"selector", "rho", "G", "solver", "workload", "range", "per group"}, budget_rows);
   }
+  print_battery_table(out, runs);
 }
 
 }  // namespace sgdn

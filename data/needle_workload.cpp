@@ -17,6 +17,21 @@ const std::vector<std::string>& task_names() {
   static const std::vector<std::string> names = {"single", "multikey", "multivalue", "multiquery"};
   return names;
 }
+// The names of the construction choices, in the order of their enums.
+const std::vector<std::string> kPositionNames = {"depths", "random"};
+const std::vector<std::string> kDecaySpectrumNames = {"mixed", "pair_mixed", "all_long", "all_short"};
+const std::vector<std::string> kValueNormNames = {"codebook", "haystack"};
+
+// Strong haystack writes: beta uniform in [kStrongBetaMin, 1).
+constexpr double kStrongBetaMin = 0.9;
+
+template <class Choice>
+Choice parse_choice(const Params& p, const std::string& key, const std::vector<std::string>& names) {
+  const std::string text = p.get_string(key, names.front());
+  for (size_t i = 0; i < names.size(); ++i)
+    if (text == names[i]) return Choice(i);
+  fail(p.qualified(key), " = '", text, "' is not allowed (allowed: ", join(names, ", "), ")");
+}
 
 // Writes at the depth (the cluster): the other needles of multikey are distractors at random positions.
 int64_t cluster_writes(const NeedleOptions& o) {
@@ -52,6 +67,13 @@ std::vector<std::vector<double>> orthonormal_needle_keys(rng::Stream& stream, in
     keys.push_back(std::move(x));
   }
   return keys;
+}
+
+template <class Scalar>
+double euclidean_norm(const Scalar* x, int64_t n) {
+  double s = 0;
+  for (int64_t i = 0; i < n; ++i) s += double(x[i]) * double(x[i]);
+  return std::sqrt(s);
 }
 
 // One needle write of one sequence.
@@ -182,6 +204,11 @@ NeedleOptions NeedleOptions::from_params(const Params& p) {
   o.needle_dims = p.get_int_at_least("needle_dims", o.needle_dims, 1);
   o.retrieval_log_decay = p.get_double("retrieval_log_decay", o.retrieval_log_decay);
   o.needle_spacing = p.get_int_at_least("needle_spacing", o.needle_spacing, 1);
+  o.positions = parse_choice<NeedlePositions>(p, "positions", kPositionNames);
+  o.key_overlap = p.get_double("key_overlap", o.key_overlap);
+  o.strong_writes = p.get_double("strong_writes", o.strong_writes);
+  o.decay_spectrum = parse_choice<DecaySpectrum>(p, "decay_spectrum", kDecaySpectrumNames);
+  o.value_norm = parse_choice<NeedleValueNorm>(p, "value_norm", kValueNormNames);
   o.haystack = RandomWorkloadOptions::from_params(p);
   return o;
 }
@@ -200,7 +227,16 @@ std::vector<ParamSpec> NeedleOptions::param_specs() {
       {"leakage", "0.01", "norm of a haystack key's part in the needle subspace (retrieval groups), [0, 1)"},
       {"needle_dims", "16", "dimensions of the needle subspace of the key space, [keys, K - 1]"},
       {"retrieval_log_decay", "0.5", "total -log decay of retrieval heads over the sequence, >= 0"},
-      {"needle_spacing", "64", "tokens between the needle writes clustered at the depth, >= 1"}};
+      {"needle_spacing", "64", "tokens between the needle writes clustered at the depth, >= 1"},
+      {"positions", "depths", "where the needles go: depths (the depths key) | random (uniform, by seed)"},
+      {"key_overlap", "0",
+       "share of a needle key in each haystack key of a retrieval group, [0, 1]: 0 disjoint, 1 equal"},
+      {"strong_writes", "0", "fraction of haystack tokens written with beta in [0.9, 1), [0, 1]"},
+      {"decay_spectrum", "mixed",
+       "long-memory value heads: mixed (the retrieval heads) | pair_mixed (every other head of a retrieval "
+       "group) | all_long | all_short"},
+      {"value_norm", "codebook",
+       "needle values: codebook entries | haystack (scaled to the size of the haystack write they replace)"}};
   for (ParamSpec& s : RandomWorkloadOptions::param_specs()) specs.push_back(std::move(s));
   return specs;
 }
@@ -249,6 +285,14 @@ NeedleOptions NeedleOptions::resolved(const Shape& shape) const {
           "workload.needle_dims = ", o.needle_dims, " is outside [", distinct_keys(o),
           ", key_dim - 1 = ", shape.key_dim - 1,
           "] (it must hold the orthonormal needle keys and leave a hay subspace)");
+  require(o.key_overlap >= 0 && o.key_overlap <= 1, "workload.key_overlap = ", o.key_overlap,
+          " is outside [0, 1]");
+  require(o.strong_writes >= 0 && o.strong_writes <= 1, "workload.strong_writes = ", o.strong_writes,
+          " is outside [0, 1]");
+  require(o.decay_spectrum != DecaySpectrum::pair_mixed || shape.group_ratio() >= 2,
+          "workload.decay_spectrum = pair_mixed needs two value heads per q/k head to mix, but v_heads / "
+          "qk_heads = ",
+          shape.group_ratio());
   require(o.retrieval_log_decay >= 0 && std::isfinite(o.retrieval_log_decay),
           "workload.retrieval_log_decay = ", o.retrieval_log_decay, " must be a finite number >= 0");
   require(o.needle_spacing >= 1, "workload.needle_spacing = ", o.needle_spacing, " must be >= 1");
@@ -285,6 +329,36 @@ NeedleWorkload needle_workload(const Shape& shape, uint64_t seed, const NeedleOp
   }
   const int64_t R = int64_t(retrieval_heads.size());
 
+  // The value heads that get the long retrieval memory (decay_spectrum).
+  std::vector<bool> long_memory(size_t(HV), false);
+  for (int64_t h = 0; h < HV; ++h) {
+    switch (o.decay_spectrum) {
+      case DecaySpectrum::mixed:
+        long_memory[size_t(h)] = retrieval_v[size_t(h)];
+        break;
+      case DecaySpectrum::pair_mixed:
+        long_memory[size_t(h)] = retrieval_v[size_t(h)] && (h % r) % 2 == 0;
+        break;
+      case DecaySpectrum::all_long:
+        long_memory[size_t(h)] = true;
+        break;
+      case DecaySpectrum::all_short:
+        break;
+    }
+  }
+
+  // Needle keys per sequence and retrieval q/k head: needle writes, query reads and overlapping haystack
+  // keys use them.
+  const int64_t keys_per_sequence = distinct_keys(o);
+  std::vector<std::vector<std::vector<std::vector<double>>>> needle_keys(static_cast<size_t>(B));
+  for (int64_t b = 0; b < B; ++b) {
+    needle_keys[size_t(b)].resize(size_t(H));
+    for (int32_t hq : retrieval_qk_heads) {
+      rng::Stream stream(seed, rng::Tag::needle_keys, {uint64_t(b), uint64_t(hq)});
+      needle_keys[size_t(b)][size_t(hq)] = orthonormal_needle_keys(stream, keys_per_sequence, m, K);
+    }
+  }
+
   NeedleWorkload out;
   Inputs<double>& in = out.inputs;
   in = make_inputs<double>(shape, false);
@@ -293,6 +367,7 @@ NeedleWorkload needle_workload(const Shape& shape, uint64_t seed, const NeedleOp
   // The haystack: `random` everywhere, then the retrieval heads' keys and decays replaced (SPEC-level
   // design in the header). Every token has its own streams, so the loop runs in parallel.
   const double leak = o.leakage, hay_weight = std::sqrt(1.0 - o.leakage * o.leakage);
+  const double overlap = o.key_overlap, overlap_rest = std::sqrt(1.0 - o.key_overlap * o.key_overlap);
   const double decay_per_token = o.retrieval_log_decay / double(T);
 #pragma omp parallel for collapse(2) schedule(static)
   for (int64_t b = 0; b < B; ++b) {
@@ -308,9 +383,23 @@ NeedleWorkload needle_workload(const Shape& shape, uint64_t seed, const NeedleOp
         random_unit_vector(key_stream, k, m);
         for (int64_t i = 0; i < m; ++i) k[i] *= leak;
         for (int64_t i = m; i < K; ++i) k[i] *= hay_weight;
+        if (overlap > 0) {
+          rng::Stream overlap_stream(seed, rng::Tag::key_overlap, {ub, ut, uint64_t(hq)});
+          const std::vector<double>& n =
+              needle_keys[size_t(b)][size_t(hq)][overlap_stream.below(uint64_t(keys_per_sequence))];
+          for (int64_t i = 0; i < K; ++i) k[i] = overlap * n[size_t(i)] + overlap_rest * k[i];
+          const double inv = 1.0 / euclidean_norm(k, K);
+          for (int64_t i = 0; i < K; ++i) k[i] *= inv;
+        }
+      }
+      if (o.strong_writes > 0) {
+        rng::Stream strong_stream(seed, rng::Tag::strong_write, {ub, ut});
+        if (strong_stream.uniform() < o.strong_writes)
+          for (int64_t h = 0; h < HV; ++h)
+            in.beta[(b * T + t) * HV + h] = strong_stream.uniform(kStrongBetaMin, 1.0);
       }
       for (int64_t h = 0; h < HV; ++h) {
-        if (!retrieval_v[size_t(h)]) continue;
+        if (!long_memory[size_t(h)]) continue;
         // g = -(lambda / T) * 2 sigmoid(x): mean total decay lambda over the sequence, with per-token jitter.
         rng::Stream x_stream(seed, rng::Tag::decay_noise, {ub, ut, uint64_t(h)});
         in.g[(b * T + t) * HV + h] = -decay_per_token * 2.0 * sigmoid(x_stream.normal());
@@ -333,10 +422,19 @@ NeedleWorkload needle_workload(const Shape& shape, uint64_t seed, const NeedleOp
   const int64_t n_answers = o.task == NeedleTask::multivalue ? o.needles : 1;
   truth.answer = Tensor<int32_t>({B * Q, n_answers});
 
-  const int64_t keys_per_sequence = distinct_keys(o);
   const int64_t span = (cluster_writes(o) - 1) * o.needle_spacing;
   for (int64_t b = 0; b < B; ++b) {
-    const double depth = o.depths[size_t(b) % o.depths.size()];
+    // The cluster's first write: at the depth, or uniformly random in [0, context - 1 - span].
+    double depth = 0;
+    int64_t start = 0;
+    if (o.positions == NeedlePositions::depths) {
+      depth = o.depths[size_t(b) % o.depths.size()];
+      start = std::llround(depth / 100.0 * double(context - 1 - span));
+    } else {
+      rng::Stream position(seed, rng::Tag::needle_position, {uint64_t(b)});
+      start = int64_t(position.below(uint64_t(context - span)));
+      depth = context - 1 - span > 0 ? 100.0 * double(start) / double(context - 1 - span) : 0.0;
+    }
     rng::Stream layout(seed, rng::Tag::needle_layout, {uint64_t(b)});
 
     // Distinct codebook entries for the needles of this sequence (a partial Fisher–Yates shuffle).
@@ -345,7 +443,6 @@ NeedleWorkload needle_workload(const Shape& shape, uint64_t seed, const NeedleOp
     for (int64_t i = 0; i < o.needles; ++i)
       std::swap(entries[size_t(i)], entries[size_t(i + int64_t(layout.below(uint64_t(M - i))))]);
 
-    const int64_t start = std::llround(depth / 100.0 * double(context - 1 - span));
     std::vector<NeedleWrite> writes;
     switch (o.task) {
       case NeedleTask::single:
@@ -374,21 +471,33 @@ NeedleWorkload needle_workload(const Shape& shape, uint64_t seed, const NeedleOp
         break;
     }
 
-    // Needle keys per retrieval q/k head; needle writes and query reads use them.
-    std::vector<std::vector<std::vector<double>>> keys(static_cast<size_t>(H));
-    for (int32_t hq : retrieval_qk_heads) {
-      rng::Stream stream(seed, rng::Tag::needle_keys, {uint64_t(b), uint64_t(hq)});
-      keys[size_t(hq)] = orthonormal_needle_keys(stream, keys_per_sequence, m, K);
-    }
+    const std::vector<std::vector<std::vector<double>>>& keys = needle_keys[size_t(b)];
     for (const NeedleWrite& w : writes) {
       for (int32_t hq : retrieval_qk_heads) {
         const std::vector<double>& key = keys[size_t(hq)][size_t(w.key)];
         std::copy(key.begin(), key.end(), in.k.data() + ((b * T + w.token) * H + hq) * K);
       }
+      // value_norm = haystack: one factor for all retrieval heads, so the read-out stays a multiple of the
+      // entry; it makes sum_h beta ||v_h|| that of the haystack write at this token.
+      double value_scale = 1.0;
+      if (o.value_norm == NeedleValueNorm::haystack) {
+        double haystack_write = 0, entry_write = 0;
+        for (int64_t j = 0; j < R; ++j) {
+          const int64_t h = retrieval_heads[size_t(j)];
+          const int64_t row = (b * T + w.token) * HV + h;
+          haystack_write += in.beta[row] * euclidean_norm(in.v.data() + row * V, V);
+          entry_write += w.beta * euclidean_norm(truth.codebook.data() + (w.value * R + j) * V, V);
+        }
+        value_scale = haystack_write / entry_write;
+      }
       for (int64_t j = 0; j < R; ++j) {
         const int64_t h = retrieval_heads[size_t(j)];
         const float* entry = truth.codebook.data() + (w.value * R + j) * V;
-        std::copy(entry, entry + V, in.v.data() + ((b * T + w.token) * HV + h) * V);
+        double* v = in.v.data() + ((b * T + w.token) * HV + h) * V;
+        if (o.value_norm == NeedleValueNorm::codebook)
+          std::copy(entry, entry + V, v);
+        else
+          for (int64_t i = 0; i < V; ++i) v[i] = value_scale * double(entry[i]);
         in.beta[(b * T + w.token) * HV + h] = w.beta;
       }
       truth.needle_sequence.push_back(int32_t(b));
@@ -418,7 +527,7 @@ NeedleWorkload needle_workload(const Shape& shape, uint64_t seed, const NeedleOp
 
   std::vector<double> a, softplus_b;
   for (int64_t h = 0; h < HV; ++h) {
-    a.push_back(retrieval_v[size_t(h)] ? 0.0 : decays[size_t(h)].a);
+    a.push_back(long_memory[size_t(h)] ? 0.0 : decays[size_t(h)].a);
     softplus_b.push_back(decays[size_t(h)].softplus_b);
   }
   std::vector<double> qk_list(retrieval_qk_heads.begin(), retrieval_qk_heads.end());
@@ -436,11 +545,16 @@ NeedleWorkload needle_workload(const Shape& shape, uint64_t seed, const NeedleOp
                     {"needle_dims", std::to_string(o.needle_dims)},
                     {"retrieval_log_decay", attribute_number(o.retrieval_log_decay)},
                     {"needle_spacing", std::to_string(o.needle_spacing)},
+                    {"positions", kPositionNames[size_t(o.positions)]},
+                    {"key_overlap", attribute_number(o.key_overlap)},
+                    {"strong_writes", attribute_number(o.strong_writes)},
+                    {"decay_spectrum", kDecaySpectrumNames[size_t(o.decay_spectrum)]},
+                    {"value_norm", kValueNormNames[size_t(o.value_norm)]},
                     {"initial_state", o.haystack.initial_state ? "true" : "false"},
                     {"initial_state_std", attribute_number(o.haystack.initial_state_std)},
                     {"retrieval_qk_heads", attribute_list(qk_list)},
                     {"retrieval_v_heads", attribute_list(v_list)},
-                    // Non-retrieval heads only; retrieval heads use retrieval_log_decay (A listed as 0).
+                    // Short-memory heads only; long-memory heads use retrieval_log_decay (A listed as 0).
                     {"decay_scale_A", attribute_list(a)},
                     {"decay_softplus_b", attribute_list(softplus_b)}};
   return out;

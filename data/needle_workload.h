@@ -45,6 +45,39 @@
 // depth 0 puts the first write at token 0, depth 100 the last write just before the queries.
 // Sequence b of the batch gets depth depths[b % len(depths)].
 //
+// Constructions: what real retrieval varies and a selector must not be tuned to. Each knob's default is the
+// construction above, bit for bit.
+//   positions       depths: the cluster starts at the depths above. random: at a uniformly random start in
+//                   [0, T_ctx - 1 - span] per sequence (its own stream, so the rest of the batch is
+//                   unchanged); the query's depth is then that start in percent.
+//   key_overlap     omega in [0, 1]: each haystack key of a retrieval group becomes
+//                       k = normalise(omega n_j + sqrt(1 - omega^2) k_hay)
+//                   with n_j one of the sequence's needle keys, drawn per token, and k_hay the key above (the
+//                   noise). 0 is the construction above (with leakage 0, haystack keys are orthogonal to
+//                   every needle key); 1 makes every haystack key a needle key. A later write erases a
+//                   fraction ~beta omega^2 / keys of the needle, so dense recall survives while omega^2 T
+//                   beta / keys stays below ~1: omega ~ 0.02 at T = 4096.
+//   strong_writes   f in [0, 1]: a fraction f of the tokens (drawn per token, the same for every value head)
+//   are
+//                   strong haystack writes with beta uniform in [0.9, 1) instead of sigmoid(1.5 n), so that
+//                   the needles (beta = 1) are not the only strong writes. Needle writes keep their beta.
+//   decay_spectrum  which value heads are long-memory (the retrieval decay above); the others take the
+//                   `random` haystack's log-uniform decays (short to medium memory).
+//                     mixed       the retrieval heads (the construction above);
+//                     pair_mixed  inside each retrieval group, value heads 0, 2, 4, ... long and 1, 3, ...
+//                     short,
+//                                 so one decision per head pair covers both kinds (needs v_heads / qk_heads
+//                                 >= 2);
+//                     all_long    every value head;
+//                     all_short   none: the needle must outlive the haystack's decays.
+//   value_norm      codebook: needle values are the codebook entries. haystack: each needle write's value is
+//                   the entry scaled by one factor over the retrieval heads so that the write's size
+//                   sum_h beta ||v_h|| equals that of the haystack write it replaces (beta stays, so the
+//                   state still holds a multiple of the entry and the cosine scoring is unchanged).
+// Several needles in one chunk: multiquery (or multivalue) with needle_spacing < chunk size. Needles near the
+// query: depths close to 100. The codebook size is `codebook`; key and value sizes and the GVA ratio are the
+// shape keys.
+//
 // Parameters (config section [workload], besides the shape keys and `seed`; errors name the key):
 //   task                 = single        single | multikey | multivalue | multiquery
 //   depths               = 0 25 50 75 100
@@ -60,6 +93,11 @@
 //   needle_dims          = 16            m, in [distinct keys, K - 1]
 //   retrieval_log_decay  = 0.5           total -log decay of retrieval heads over the sequence, >= 0
 //   needle_spacing       = 64            tokens between clustered needle writes, >= 1
+//   positions            = depths        depths | random
+//   key_overlap          = 0             omega above, in [0, 1]
+//   strong_writes        = 0             f above, in [0, 1]
+//   decay_spectrum       = mixed         mixed | pair_mixed | all_long | all_short
+//   value_norm           = codebook      codebook | haystack
 //   initial_state, initial_state_std     as for `random`
 #pragma once
 #include <cstdint>
@@ -77,6 +115,10 @@ enum class NeedleTask { single, multikey, multivalue, multiquery };
 NeedleTask parse_needle_task(const std::string& text);
 const char* needle_task_name(NeedleTask task);
 
+enum class NeedlePositions { depths, random };
+enum class DecaySpectrum { mixed, pair_mixed, all_long, all_short };
+enum class NeedleValueNorm { codebook, haystack };
+
 struct NeedleOptions {
   NeedleTask task = NeedleTask::single;
   std::vector<double> depths = {0, 25, 50, 75, 100};
@@ -88,6 +130,11 @@ struct NeedleOptions {
   int64_t needle_dims = 16;
   double retrieval_log_decay = 0.5;
   int64_t needle_spacing = 64;
+  NeedlePositions positions = NeedlePositions::depths;
+  double key_overlap = 0.0;
+  double strong_writes = 0.0;
+  DecaySpectrum decay_spectrum = DecaySpectrum::mixed;
+  NeedleValueNorm value_norm = NeedleValueNorm::codebook;
   RandomWorkloadOptions haystack;
 
   static NeedleOptions from_params(const Params& params);

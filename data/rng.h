@@ -39,16 +39,19 @@ inline uint64_t derive_key(uint64_t seed, std::initializer_list<uint64_t> coordi
 // Which tensor a stream feeds: part of every key, so q, k, v, g, … of one token are independent and adding a
 // new kind of stream never changes the existing ones. The numbers are fixed forever (they are in the files).
 enum class Tag : uint64_t {
-  head_decay = 1,     // per value head: A_h and softplus(b_h)
-  query = 2,          // per (b, t, qk head)
-  key = 3,            // per (b, t, qk head)
-  value = 4,          // per (b, t, value head)
-  decay_noise = 5,    // per (b, t, value head): the x of g = -A softplus(x + b)
-  beta_noise = 6,     // per (b, t, value head): the n of beta = sigmoid(1.5 n)
-  initial_state = 7,  // per (b, value head)
-  needle_keys = 8,    // per (b, qk head): the orthonormal needle keys
-  needle_layout = 9,  // per b: needle positions and codebook indices
-  codebook = 10,      // per (codebook entry, retrieval head)
+  head_decay = 1,        // per value head: A_h and softplus(b_h)
+  query = 2,             // per (b, t, qk head)
+  key = 3,               // per (b, t, qk head)
+  value = 4,             // per (b, t, value head)
+  decay_noise = 5,       // per (b, t, value head): the x of g = -A softplus(x + b)
+  beta_noise = 6,        // per (b, t, value head): the n of beta = sigmoid(1.5 n)
+  initial_state = 7,     // per (b, value head)
+  needle_keys = 8,       // per (b, qk head): the orthonormal needle keys
+  needle_layout = 9,     // per b: needle positions and codebook indices
+  codebook = 10,         // per (codebook entry, retrieval head)
+  needle_position = 11,  // per b: the needle cluster's start with workload.positions = random
+  key_overlap = 12,      // per (b, t, qk head): which needle key a haystack key leans toward
+  strong_write = 13,     // per (b, t): whether the token is a strong haystack write, and its beta
 };
 
 // SplitMix64 from a derived key: the numbers of one (seed, tag, coordinates…).

@@ -89,6 +89,16 @@ std::string canonical_value(const std::string& text) {
   return text;
 }
 
+// Keys added after results were first written, at their registered default (which computes what builds
+// without them computed): left out of the run and workload identities there, so that earlier result files
+// still resume.
+bool later_key_at_default(const std::string& key, const std::string& canonical) {
+  static const std::set<std::string> later_keys = {"selector.max_fraction",   "workload.positions",
+                                                   "workload.key_overlap",    "workload.strong_writes",
+                                                   "workload.decay_spectrum", "workload.value_norm"};
+  return later_keys.count(key) && canonical == canonical_value(config_keys().at(key).default_value);
+}
+
 }  // namespace
 
 const std::map<std::string, KeySpec>& config_keys() {
@@ -193,6 +203,7 @@ std::string RunSpec::label() const {
   if (resolved.count("workload.task")) out << ":" << get("workload.task");
   if (resolved.count("workload.tokens")) out << " T=" << get("workload.tokens");
   if (resolved.count("workload.id") && !get("workload.id").empty()) out << " " << get("workload.id");
+  for (const auto& [axis, name] : variants) out << " [" << (axis.empty() ? "" : axis + ".") << name << "]";
   return out.str();
 }
 
@@ -285,7 +296,9 @@ RunSpec resolve_run(const Settings& settings) {
   // The workload id: its canonical keys, the generators' version, and for a file its size and time, so
   // that a changed generator or input file is a new workload rather than a stale one.
   std::string workload_text = "generator_version=" + std::to_string(kWorkloadGeneratorVersion) + "\n";
-  for (const auto& [key, v] : r) workload_text += key + "=" + canonical_value(v) + "\n";
+  for (const auto& [key, v] : r)
+    if (!later_key_at_default(key, canonical_value(v)))
+      workload_text += key + "=" + canonical_value(v) + "\n";
   if (kind == "file") {
     std::error_code ec;
     const std::string path = r["workload.path"];
@@ -344,14 +357,9 @@ RunSpec resolve_run(const Settings& settings) {
   // How a run is measured is not what it computes: the timing repeats stay out of its identity, so a rerun
   // with more repeats finds the run done.
   static const std::set<std::string> measurement_only = {"run.timing_repeats"};
-  // Keys added after results were first written, at their registered default (which computes what builds
-  // without them computed): left out of the identity there, so that earlier result files still resume.
-  static const std::set<std::string> later_keys = {"selector.max_fraction"};
   std::string text;
   for (const auto& [key, v] : r) {
-    if (measurement_only.count(key) ||
-        (later_keys.count(key) && v == canonical_value(config_keys().at(key).default_value)))
-      continue;
+    if (measurement_only.count(key) || later_key_at_default(key, v)) continue;
     text += key + "=" + v + "\n";
   }
   run.id = "r" + short_hash(text);
@@ -401,7 +409,27 @@ Experiment parse_experiment(const std::string& ini_text, const std::vector<std::
     const std::string& key = opt.string_key;
     require(seen.insert(key).second, source, ": key '", key, "' is given twice");
     const std::string v = opt.value.empty() ? "" : opt.value.front();
-    if (key.compare(0, 6, "sweep.") == 0) {
+    if (key.compare(0, 8, "variant.") == 0) {
+      // variant[.AXIS].NAME.section.key: config keys have exactly one dot.
+      std::vector<std::string> parts;
+      std::stringstream in(key.substr(8));
+      for (std::string part; std::getline(in, part, '.');) parts.push_back(part);
+      require((parts.size() == 3 || parts.size() == 4) &&
+                  std::none_of(parts.begin(), parts.end(), [](const std::string& x) { return x.empty(); }),
+              source, ": '", key,
+              "' is not a section.key setting in a [variant.NAME] or [variant.AXIS.NAME] section");
+      const std::string axis = parts.size() == 4 ? parts[0] : "", name = parts[parts.size() - 3];
+      const std::string setting = parts[parts.size() - 2] + "." + parts.back();
+      check_known_key(
+          setting, concat(" in [", key.substr(0, key.size() - setting.size() - 1), "] of ", source).c_str());
+      auto a = std::find_if(exp.variant_axes.begin(), exp.variant_axes.end(),
+                            [&](const Experiment::VariantAxis& x) { return x.name == axis; });
+      if (a == exp.variant_axes.end()) a = exp.variant_axes.insert(exp.variant_axes.end(), {axis, {}});
+      auto it = std::find_if(a->variants.begin(), a->variants.end(),
+                             [&](const auto& variant) { return variant.first == name; });
+      if (it == a->variants.end()) it = a->variants.insert(a->variants.end(), {name, {}});
+      it->second[setting] = v;
+    } else if (key.compare(0, 6, "sweep.") == 0) {
       check_known_key(key.substr(6), concat(" in [sweep] of ", source).c_str());
       sweep[key.substr(6)] = split_list(v);
       require(!sweep[key.substr(6)].empty(), source, ": [sweep] ", key.substr(6), " lists no values");
@@ -410,7 +438,24 @@ Experiment parse_experiment(const std::string& ini_text, const std::vector<std::
       exp.base[key] = v;
     }
   }
-  for (const std::string& assignment : overrides) set_override(exp.base, sweep, assignment);
+  for (const std::string& assignment : overrides) {
+    set_override(exp.base, sweep, assignment);
+    // The command line wins over the file, sweep lists and variants included.
+    const std::string key = trim(assignment.substr(0, assignment.find('=')));
+    for (auto& axis : exp.variant_axes)
+      for (auto& variant : axis.variants) variant.second.erase(key);
+  }
+  std::map<std::string, std::string> axis_of_key;
+  for (const auto& axis : exp.variant_axes)
+    for (const auto& variant : axis.variants)
+      for (const auto& setting : variant.second) {
+        require(!sweep.count(setting.first), source, ": ", setting.first, " is set by [variant.",
+                axis.name.empty() ? "" : axis.name + ".", variant.first,
+                "] and swept in [sweep]; give it in one place");
+        const auto [it, fresh] = axis_of_key.emplace(setting.first, axis.name);
+        require(fresh || it->second == axis.name, source, ": ", setting.first,
+                " is set by the variant axes '", it->second, "' and '", axis.name, "'; give it in one axis");
+      }
   // Workload keys vary slowest, so consecutive runs share a workload (generated and solved exactly once).
   for (const auto& entry : sweep)
     if (entry.first.compare(0, 9, "workload.") == 0) exp.sweep.push_back(entry);
@@ -432,24 +477,38 @@ Experiment load_experiment(const std::string& path, const std::vector<std::strin
 }
 
 std::vector<RunSpec> Experiment::expand() const {
-  std::vector<Settings> points = {base};
+  // (variants, settings) per point; the variant axes vary slowest.
+  using Variants = std::vector<std::pair<std::string, std::string>>;
+  std::vector<std::pair<Variants, Settings>> points = {{{}, base}};
+  for (const VariantAxis& axis : variant_axes) {
+    std::vector<std::pair<Variants, Settings>> next;
+    for (const auto& p : points)
+      for (const auto& [name, settings] : axis.variants) {
+        auto q = p;
+        q.first.push_back({axis.name, name});
+        for (const auto& [key, v] : settings) q.second[key] = v;
+        next.push_back(q);
+      }
+    points = std::move(next);
+  }
   for (const auto& [key, values] : sweep) {
-    std::vector<Settings> next;
-    for (const Settings& p : points)
+    std::vector<std::pair<Variants, Settings>> next;
+    for (const auto& p : points)
       for (const std::string& v : values) {
-        Settings q = p;
-        q[key] = v;
+        auto q = p;
+        q.second[key] = v;
         next.push_back(q);
       }
     points = std::move(next);
   }
   std::vector<RunSpec> runs;
   std::set<std::string> ids;
-  auto add = [&](const Settings& point) {
+  auto add = [&](const Settings& point, const Variants& variants) {
     RunSpec run = resolve_run(point);
+    run.variants = variants;
     if (ids.insert(run.id).second) runs.push_back(std::move(run));
   };
-  for (const Settings& point : points) {
+  for (const auto& [variants, point] : points) {
     auto kind = point.find("workload.kind");
     auto id = point.find("workload.id");
     if (kind != point.end() && kind->second == "file" && (id == point.end() || id->second.empty())) {
@@ -459,10 +518,10 @@ std::vector<RunSpec> Experiment::expand() const {
       for (const std::string& wid : list_workloads(path->second)) {  // every workload in the file
         Settings q = point;
         q["workload.id"] = wid;
-        add(q);
+        add(q, variants);
       }
     } else {
-      add(point);
+      add(point, variants);
     }
   }
   return runs;

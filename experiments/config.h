@@ -30,6 +30,8 @@ struct RunSpec {
   Settings resolved;
   std::string id;           // "r" + hash of `resolved`: stable, so a rerun finds finished runs
   std::string workload_id;  // "w" + hash of the workload keys
+  // The variant of each variant axis it came from (axis "" for [variant.NAME]); names, not part of the id.
+  std::vector<std::pair<std::string, std::string>> variants;
   std::string get(const std::string& key) const;
   int64_t get_int(const std::string& key) const;
   double get_double(const std::string& key) const;
@@ -42,6 +44,15 @@ struct Experiment {
   std::string source;  // the config path
   Settings base;       // file + overrides, defaults not yet applied
   std::vector<std::pair<std::string, std::vector<std::string>>> sweep;  // key -> values, in key order
+  // Named bundles of settings: sweep axes whose values set several keys at once. [variant.NAME] sections
+  // form the axis "" (e.g. the constructions of a needle battery), [variant.AXIS.NAME] sections the axis
+  // AXIS (e.g. shapes whose K and V go together). Axes and their variants keep the file's order; they vary
+  // slower than [sweep]. A key belongs to one axis or to [sweep]; the command line wins over both.
+  struct VariantAxis {
+    std::string name;
+    std::vector<std::pair<std::string, Settings>> variants;
+  };
+  std::vector<VariantAxis> variant_axes;
   // Every run of the sweep, resolved and validated (strategies created once to check their parameters),
   // without duplicates (two sweep points can resolve to the same run).
   std::vector<RunSpec> expand() const;

@@ -351,6 +351,8 @@ void execute_run(const RunSpec& run, PreparedWorkload& pw, const RunnerOptions& 
     f.set_attr(root, "backend", backend);
     f.set_attr(root, "label", run.label());
     write_build_attributes(f, root, backend);
+    for (const auto& [axis, name] : run.variants)
+      f.set_attr(root, axis.empty() ? "variant" : "variant." + axis, name);
     if (run.get_bool("dump.outputs")) {
       f.write(root + "/outputs/o", res.o);
       written.insert(written.begin(), "outputs/o");

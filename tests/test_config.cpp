@@ -198,3 +198,78 @@ TEST_CASE("timing repeats are checked but not part of a cuda run's identity", "[
   CHECK_THROWS_WITH(id_with("0"), Catch::Contains("run.timing_repeats"));
 }
 #endif
+
+TEST_CASE("variant sections are sweep axes whose values set several keys", "[config]") {
+  const char* kVariants = R"(
+[workload]
+kind = needle
+tokens = 256
+qk_heads = 2
+v_heads = 4
+key_dim = 16
+value_dim = 16
+needle_dims = 4
+
+[variant.base]
+workload.positions = depths
+[variant.chunk_of_needles]
+workload.task = multiquery
+workload.needle_spacing = 8
+[variant.shape.small]
+workload.key_dim = 16
+workload.value_dim = 16
+[variant.shape.wide]
+workload.key_dim = 32
+workload.value_dim = 32
+
+[sweep]
+selector.name = dense, topk
+)";
+  const std::vector<RunSpec> runs = parse_experiment(kVariants, {}).expand();
+  // 2 constructions x 2 shapes x 2 selectors, the variant axes slowest.
+  REQUIRE(runs.size() == 8);
+  using Variants = std::vector<std::pair<std::string, std::string>>;
+  CHECK(runs[0].variants == Variants{{"", "base"}, {"shape", "small"}});
+  CHECK(runs[2].variants == Variants{{"", "base"}, {"shape", "wide"}});
+  CHECK(runs[4].variants == Variants{{"", "chunk_of_needles"}, {"shape", "small"}});
+  CHECK(runs[0].get("workload.task") == "single");
+  CHECK(runs[4].get("workload.task") == "multiquery");
+  CHECK(runs[4].get("workload.needle_spacing") == "8");
+  CHECK(runs[2].get("workload.key_dim") == "32");
+  CHECK(runs[2].get("workload.value_dim") == "32");
+  CHECK(runs[1].get("selector.name") == "topk");
+  CHECK(runs[4].label().find("[chunk_of_needles] [shape.small]") != std::string::npos);
+
+  // The command line wins over a variant; a key in a variant and in [sweep], or in two axes, is an error.
+  const auto overridden =
+      parse_experiment(kVariants, {"workload.key_dim=64", "workload.value_dim=64"}).expand();
+  for (const RunSpec& r : overridden) CHECK(r.get("workload.key_dim") == "64");
+  CHECK_THROWS_WITH(parse_experiment(std::string(kVariants) + "workload.task = single\n", {}),
+                    Catch::Contains("workload.task") && Catch::Contains("[variant.chunk_of_needles]"));
+  CHECK_THROWS_WITH(
+      parse_experiment("[variant.a.x]\nworkload.tokens = 64\n[variant.b.y]\nworkload.tokens = 128\n", {}),
+      Catch::Contains("workload.tokens"));
+  CHECK_THROWS_WITH(parse_experiment("[variant.a]\nworkload.no_such_key = 1\n", {}),
+                    Catch::Contains("workload.no_such_key") && Catch::Contains("[variant.a]"));
+}
+
+TEST_CASE("needle construction keys at their defaults leave earlier run and workload ids unchanged",
+          "[config]") {
+  // The ids this needle run had before the construction keys existed: result files written then resume.
+  const char* kRun =
+      "[workload]\nkind = needle\ntokens = 256\nqk_heads = 2\nv_heads = 4\nkey_dim = 16\n"
+      "value_dim = 16\nneedle_dims = 4\n";
+  const RunSpec before = parse_experiment(kRun, {}).expand().at(0);
+  CHECK(before.id == "re83e8b1a41d7");
+  CHECK(before.workload_id == "w48d1e486513c");
+  const RunSpec spelled = parse_experiment(kRun, {"workload.positions=depths", "workload.key_overlap=0.0",
+                                                  "workload.strong_writes=0", "workload.decay_spectrum=mixed",
+                                                  "workload.value_norm=codebook"})
+                              .expand()
+                              .at(0);
+  CHECK(spelled.id == before.id);
+  CHECK(spelled.workload_id == before.workload_id);
+  const RunSpec overlapping = parse_experiment(kRun, {"workload.key_overlap=0.02"}).expand().at(0);
+  CHECK(overlapping.id != before.id);
+  CHECK(overlapping.workload_id != before.workload_id);
+}

@@ -244,6 +244,11 @@ TEST_CASE("needle workload: parameter errors name the key", "[workload][needle]"
   require_error_naming(make({{"retrieval_log_decay", "-1"}}), "workload.retrieval_log_decay");
   require_error_naming(make({{"task", "multivalue"}, {"needle_spacing", "200"}}), "workload.needle_spacing");
   require_error_naming(make({{"needle_spacing", "0"}}), "workload.needle_spacing");
+  require_error_naming(make({{"positions", "middle"}}), "workload.positions");
+  require_error_naming(make({{"key_overlap", "1.5"}}), "workload.key_overlap");
+  require_error_naming(make({{"strong_writes", "-0.1"}}), "workload.strong_writes");
+  require_error_naming(make({{"decay_spectrum", "long"}}), "workload.decay_spectrum");
+  require_error_naming(make({{"value_norm", "unit"}}), "workload.value_norm");
   CHECK_NOTHROW(make({{"task", "multiquery"}, {"needles", "3"}, {"queries", "2"}, {"depths", "10 90"}})());
 
   // The declared defaults are values: a config that spells every key out with its default is valid, for
@@ -259,7 +264,8 @@ TEST_CASE("needle workload: parameter errors name the key", "[workload][needle]"
   std::set<std::string> declared;
   for (const ParamSpec& s : NeedleOptions::param_specs()) declared.insert(s.key);
   for (const char* key : {"task", "depths", "needles", "queries", "codebook", "retrieval_fraction", "leakage",
-                          "needle_dims", "retrieval_log_decay", "needle_spacing", "initial_state"})
+                          "needle_dims", "retrieval_log_decay", "needle_spacing", "positions", "key_overlap",
+                          "strong_writes", "decay_spectrum", "value_norm", "initial_state"})
     CHECK(declared.count(key) == 1);
 }
 
@@ -397,6 +403,37 @@ TEST_CASE("needle scoring: perfect and empty read-outs", "[workload][needle]") {
 
 namespace {
 
+// A fingerprint of a needle batch: per input tensor a position-weighted sum (any changed entry moves it far
+// beyond the tolerance, while a last-bit difference of the platform's libm does not), and the truth's
+// integer arrays exactly (as a sum of index-weighted entries).
+struct NeedleFingerprint {
+  std::vector<double> sums;  // q, k, v, g, beta, codebook
+  int64_t truth = 0;
+};
+
+template <class T>
+double weighted_sum(const Tensor<T>& x) {
+  double s = 0;
+  for (int64_t i = 0; i < x.size(); ++i) s += double(x[i]) * (1.0 + double(i % 101) / 101.0);
+  return s;
+}
+
+NeedleFingerprint fingerprint_of(const NeedleWorkload& w) {
+  NeedleFingerprint f;
+  const Inputs<double>& in = w.inputs;
+  f.sums = {weighted_sum(in.q), weighted_sum(in.k),    weighted_sum(in.v),
+            weighted_sum(in.g), weighted_sum(in.beta), weighted_sum(w.truth.codebook)};
+  const NeedleTruth& t = w.truth;
+  int64_t i = 0;
+  for (const std::vector<int32_t>* xs :
+       {&t.retrieval_heads, &t.query_sequence, &t.query_token, &t.needle_sequence, &t.needle_token,
+        &t.needle_value, &t.needle_query})
+    for (int32_t x : *xs) f.truth += ++i * int64_t(x);
+  for (int64_t j = 0; j < t.answer.size(); ++j) f.truth += ++i * int64_t(t.answer[j]);
+  for (float d : t.query_depth) f.truth += ++i * int64_t(d);
+  return f;
+}
+
 // Runs the exact float64 recurrence on a needle batch and returns the accuracy; prints it per depth.
 NeedleAccuracy recall_of(const Shape& shape, NeedleTask task, uint64_t seed, bool print) {
   NeedleOptions options;
@@ -436,6 +473,267 @@ TEST_CASE("needle workload: dense exact GDN recalls every variant", "[workload][
       CHECK(acc.depths.size() == 5);
     }
   }
+}
+
+// The construction with every knob at its default is the one the needle results were measured on: these
+// fingerprints were taken before the construction knobs existed.
+TEST_CASE("needle workload: the default construction reproduces the original inputs", "[workload][needle]") {
+  struct Case {
+    NeedleTask task;
+    Shape shape;
+    NeedleFingerprint expected;
+  };
+  const std::vector<Case> cases = {
+      {NeedleTask::single,
+       Shape::of(3, 300, 4, 8, 32, 16),
+       {{114.70504781772311, 87.007755999759425, 597.66931709369567, -658.84952400620284, 5351.5733344882447,
+         21.53265651324449},
+        14838}},
+      {NeedleTask::multikey,
+       Shape::of(3, 300, 2, 4, 32, 32),
+       {{85.016153333994183, 65.092854409018031, -217.07831279997725, -104.3335172859375, 2717.4727369568182,
+         -29.63521351620064},
+        80266}},
+      {NeedleTask::multivalue,
+       Shape::of(2, 400, 2, 2, 64, 16),
+       {{85.887241582108331, 29.28817807787674, -133.15420853277047, -220.57022466609055, 1182.2735849627354,
+         17.724617279667235},
+        44163}},
+      {NeedleTask::multiquery,
+       Shape::of(5, 500, 2, 8, 32, 16),
+       {{49.531162180553842, -75.943471932468881, 417.83837848737721, -1593.9992411357582, 14950.003903747045,
+         34.095442774991355},
+        1058740}},
+  };
+  for (const Case& c : cases) {
+    NeedleOptions options;
+    options.task = c.task;
+    options.needle_dims = 8;
+    const NeedleFingerprint f = fingerprint_of(needle_workload(c.shape, 5, options));
+    INFO("task " << needle_task_name(c.task));
+    REQUIRE(f.sums.size() == c.expected.sums.size());
+    for (size_t i = 0; i < f.sums.size(); ++i)
+      CHECK(f.sums[i] == Approx(c.expected.sums[i]).epsilon(1e-12).margin(1e-8));
+    CHECK(f.truth == c.expected.truth);
+  }
+}
+
+// The dot products of a haystack key of (b, t, head hq) with the sequence's needle keys (the keys the
+// queries carry).
+std::vector<double> needle_dots(const NeedleWorkload& w, int64_t b, int64_t t, int64_t hq) {
+  const Shape& s = w.inputs.shape;
+  const int64_t T = s.tokens, H = s.qk_heads, K = s.key_dim;
+  std::vector<double> dots;
+  for (int64_t q = 0; q < w.truth.num_queries(); ++q) {
+    if (w.truth.query_sequence[size_t(q)] != b) continue;
+    const double* n = w.inputs.q.data() + ((b * T + w.truth.query_token[size_t(q)]) * H + hq) * K;
+    const double* k = w.inputs.k.data() + ((b * T + t) * H + hq) * K;
+    double dot = 0;
+    for (int64_t i = 0; i < K; ++i) dot += n[i] * k[i];
+    dots.push_back(dot);
+  }
+  return dots;
+}
+
+std::set<int64_t> needle_tokens_of(const NeedleTruth& truth, int64_t T) {
+  std::set<int64_t> tokens;
+  for (size_t i = 0; i < truth.needle_token.size(); ++i)
+    tokens.insert(truth.needle_sequence[i] * T + truth.needle_token[i]);
+  return tokens;
+}
+
+TEST_CASE("needle construction: random positions are reproducible by seed and within range",
+          "[workload][needle]") {
+  const int64_t T = 600;
+  const Shape shape = Shape::of(8, T, 2, 4, 32, 16);
+  NeedleOptions options;
+  options.task = NeedleTask::multiquery;
+  options.needles = 3;
+  options.needle_spacing = 10;
+  options.needle_dims = 8;
+  options.positions = NeedlePositions::random;
+  const NeedleWorkload a = needle_workload(shape, 4, options), b = needle_workload(shape, 4, options);
+  CHECK(a.truth.needle_token == b.truth.needle_token);
+  CHECK(same_inputs(a.inputs, b.inputs));
+  CHECK(a.attributes.at("positions") == "random");
+  const int64_t context = T - 3, span = 2 * 10;
+  std::set<int32_t> starts;
+  for (size_t i = 0; i < a.truth.needle_token.size(); i += 3) {
+    const int32_t start = a.truth.needle_token[i];
+    CHECK(start >= 0);
+    CHECK(start <= context - 1 - span);
+    CHECK(a.truth.needle_token[i + 2] == start + span);  // the cluster keeps its spacing
+    starts.insert(start);
+  }
+  for (size_t q = 0; q < size_t(a.truth.num_queries()); ++q) {
+    const int32_t start = a.truth.needle_token[size_t(a.truth.query_sequence[q]) * 3];
+    CHECK(a.truth.query_depth[q] == Approx(100.0 * start / double(context - 1 - span)));
+  }
+  CHECK(starts.size() >= 6);  // uniform starts: the 8 sequences do not share a few depths
+  CHECK(needle_workload(shape, 5, options).truth.needle_token != a.truth.needle_token);
+  // Dense exact GDN still answers them.
+  const TokenRecurrenceResult exact = token_recurrence(a.inputs);
+  int correct = 0;
+  for (int32_t c : needle_correct(a.truth, exact.o.data(), shape)) correct += c;
+  CHECK(correct >= a.truth.num_queries() - 1);
+}
+
+TEST_CASE("needle construction: key overlap runs from disjoint to shared needle keys", "[workload][needle]") {
+  const int64_t T = 300, K = 32;
+  const Shape shape = Shape::of(2, T, 2, 4, K, 16);
+  NeedleOptions options;
+  options.task = NeedleTask::multiquery;
+  options.needles = 2;
+  options.needle_dims = 8;
+  options.depths = {30, 70};
+  options.leakage = 0;
+  for (double overlap : {0.0, 0.3, 1.0}) {
+    options.key_overlap = overlap;
+    const NeedleWorkload w = needle_workload(shape, 6, options);
+    const std::set<int64_t> needles = needle_tokens_of(w.truth, T);
+    INFO("key_overlap " << overlap);
+    CHECK(w.attributes.at("key_overlap") == attribute_number(overlap));
+    for (int64_t b = 0; b < 2; ++b)
+      for (int64_t t = 0; t < T - 2; ++t) {
+        if (needles.count(b * T + t)) continue;
+        const double* k = w.inputs.k.data() + ((b * T + t) * 2 + 0) * K;
+        REQUIRE(norm_of(k, K) == Approx(1.0).epsilon(1e-12));
+        double largest = 0;
+        for (double dot : needle_dots(w, b, t, 0)) largest = std::max(largest, std::abs(dot));
+        if (overlap == 0) {
+          REQUIRE(largest < 1e-12);  // orthogonal to every needle key
+        } else if (overlap == 1) {
+          REQUIRE(largest == Approx(1.0).epsilon(1e-12));  // a needle key itself
+        } else {
+          // omega n_j plus an orthogonal unit remainder: exactly omega along n_j.
+          REQUIRE(largest == Approx(overlap).epsilon(1e-12));
+        }
+      }
+  }
+}
+
+TEST_CASE("needle construction: strong haystack writes", "[workload][needle]") {
+  const int64_t T = 2000, HV = 4;
+  const Shape shape = Shape::of(2, T, 2, HV, 16, 16);
+  NeedleOptions options;
+  options.needle_dims = 4;
+  auto strong_tokens = [&](const NeedleWorkload& w) {
+    const std::set<int64_t> needles = needle_tokens_of(w.truth, T);
+    int64_t strong = 0, haystack = 0;
+    for (int64_t bt = 0; bt < 2 * T; ++bt) {
+      if (needles.count(bt)) continue;
+      ++haystack;
+      bool all_strong = true;
+      for (int64_t h = 0; h < HV; ++h) {
+        const double beta = w.inputs.beta[bt * HV + h];
+        all_strong = all_strong && beta >= 0.9 && beta < 1.0;
+      }
+      strong += all_strong ? 1 : 0;
+    }
+    return double(strong) / double(haystack);
+  };
+  CHECK(strong_tokens(needle_workload(shape, 2, options)) < 0.01);  // sigmoid(1.5 n) alone: rarely all >= 0.9
+  options.strong_writes = 0.25;
+  const NeedleWorkload w = needle_workload(shape, 2, options);
+  CHECK(strong_tokens(w) == Approx(0.25).margin(0.03));
+  CHECK(w.attributes.at("strong_writes") == "0.25");
+  options.strong_writes = 1;
+  CHECK(strong_tokens(needle_workload(shape, 2, options)) == 1.0);
+  // Needle writes keep beta = 1.
+  for (size_t i = 0; i < w.truth.needle_token.size(); ++i)
+    CHECK(w.inputs.beta[(w.truth.needle_sequence[i] * T + w.truth.needle_token[i]) * HV + 0] == 1.0);
+}
+
+TEST_CASE("needle construction: per-head decay spectra", "[workload][needle]") {
+  const int64_t T = 2048, HV = 8;
+  const Shape shape = Shape::of(1, T, 4, HV, 16, 16);  // one retrieval group: q/k head 0, value heads 0, 1
+  NeedleOptions options;
+  options.needle_dims = 4;
+  auto long_heads = [&](DecaySpectrum spectrum) {
+    options.decay_spectrum = spectrum;
+    const NeedleWorkload w = needle_workload(shape, 3, options);
+    std::vector<int64_t> heads;
+    for (int64_t h = 0; h < HV; ++h) {
+      double total = 0;
+      for (int64_t t = 0; t < T; ++t) total -= w.inputs.g[t * HV + h];
+      INFO("head " << h << " total decay " << total);
+      if (total < 0.7) {
+        CHECK(total == Approx(0.5).epsilon(0.1));  // retrieval_log_decay
+        heads.push_back(h);
+      } else {
+        CHECK(total > 2.0);  // the haystack's short to medium memory
+      }
+    }
+    return heads;
+  };
+  CHECK(long_heads(DecaySpectrum::mixed) == std::vector<int64_t>{0, 1});
+  CHECK(long_heads(DecaySpectrum::pair_mixed) == std::vector<int64_t>{0});
+  CHECK(long_heads(DecaySpectrum::all_long) == std::vector<int64_t>{0, 1, 2, 3, 4, 5, 6, 7});
+  CHECK(long_heads(DecaySpectrum::all_short).empty());
+  // Mixing inside a pair needs a pair.
+  options.decay_spectrum = DecaySpectrum::pair_mixed;
+  require_error_naming([&] { needle_workload(Shape::of(1, 256, 4, 4, 16, 16), 0, options); },
+                       "workload.decay_spectrum");
+}
+
+TEST_CASE("needle construction: needle values with the haystack's write size", "[workload][needle]") {
+  const int64_t T = 700, HV = 4, V = 16;
+  const Shape shape = Shape::of(3, T, 2, HV, 32, V);  // retrieval value heads 0, 1
+  NeedleOptions options;
+  options.task = NeedleTask::multiquery;
+  options.needles = 2;
+  options.needle_dims = 8;
+  options.depths = {0, 50, 100};
+  options.value_norm = NeedleValueNorm::haystack;
+  const NeedleWorkload w = needle_workload(shape, 8, options);
+  const Inputs<double> haystack = random_workload(shape, 8).inputs;  // same v and beta outside needles
+  for (size_t i = 0; i < w.truth.needle_token.size(); ++i) {
+    const int64_t bt = w.truth.needle_sequence[i] * T + w.truth.needle_token[i];
+    double write = 0, haystack_write = 0, scale = 0;
+    for (int64_t h : {0, 1}) {
+      const double* v = w.inputs.v.data() + (bt * HV + h) * V;
+      write += w.inputs.beta[bt * HV + h] * norm_of(v, V);
+      haystack_write += haystack.beta[bt * HV + h] * norm_of(haystack.v.data() + (bt * HV + h) * V, V);
+      // One factor for both heads: v = scale * entry.
+      const float* entry = w.truth.codebook.data() + (w.truth.needle_value[i] * 2 + h) * V;
+      if (scale == 0) scale = v[0] / double(entry[0]);
+      for (int64_t j = 0; j < V; ++j) REQUIRE(v[j] == Approx(scale * double(entry[j])).epsilon(1e-12));
+    }
+    CHECK(write == Approx(haystack_write).epsilon(1e-12));
+    CHECK(std::abs(scale - 1.0) > 1e-3);  // the values did change
+  }
+  const TokenRecurrenceResult exact = token_recurrence(w.inputs);
+  int correct = 0;
+  for (int32_t c : needle_correct(w.truth, exact.o.data(), shape)) correct += c;
+  CHECK(correct == w.truth.num_queries());
+}
+
+TEST_CASE("needle construction: several needles in one chunk, near the query, at every shape",
+          "[workload][needle]") {
+  // K = V = 64 and 128 with GVA ratios 1, 2 and 4; four needles 8 tokens apart (one chunk of 64) at depths
+  // close to 100 %, and a larger codebook. Dense exact GDN answers them all.
+  for (int64_t dim : {64, 128})
+    for (int64_t ratio : {1, 2, 4}) {
+      const int64_t T = 1024;
+      const Shape shape = Shape::of(3, T, 2, 2 * ratio, dim, dim);
+      NeedleOptions options;
+      options.task = NeedleTask::multiquery;
+      options.needles = 4;
+      options.needle_spacing = 8;
+      options.depths = {97, 98, 100};
+      options.codebook = 256;
+      const NeedleWorkload w = needle_workload(shape, 1, options);
+      INFO("K = V = " << dim << ", GVA " << ratio);
+      for (size_t i = 0; i < w.truth.needle_token.size(); i += 4) {
+        CHECK(w.truth.needle_token[i] / 64 == w.truth.needle_token[i + 3] / 64);
+        CHECK(w.truth.needle_token[i] >= (T - 4) * 95 / 100 - 24);
+      }
+      CHECK(int64_t(w.truth.retrieval_heads.size()) == ratio);
+      const TokenRecurrenceResult exact = token_recurrence(w.inputs);
+      int correct = 0;
+      for (int32_t c : needle_correct(w.truth, exact.o.data(), shape)) correct += c;
+      CHECK(correct == w.truth.num_queries());
+    }
 }
 
 TEST_CASE("needle scoring from the query rows alone equals scoring the whole output", "[workload][needle]") {
