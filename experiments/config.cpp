@@ -412,8 +412,8 @@ Experiment parse_experiment(const std::string& ini_text, const std::vector<std::
     if (key.compare(0, 8, "variant.") == 0) {
       // variant[.AXIS].NAME.section.key: config keys have exactly one dot.
       std::vector<std::string> parts;
-      std::stringstream in(key.substr(8));
-      for (std::string part; std::getline(in, part, '.');) parts.push_back(part);
+      std::stringstream path(key.substr(8));
+      for (std::string part; std::getline(path, part, '.');) parts.push_back(part);
       require((parts.size() == 3 || parts.size() == 4) &&
                   std::none_of(parts.begin(), parts.end(), [](const std::string& x) { return x.empty(); }),
               source, ": '", key,
