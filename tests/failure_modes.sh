@@ -3,16 +3,7 @@
 # killed runs leave.
 #   tests/failure_modes.sh CASE SGDN PYTHON SOURCE_DIR WORK_DIR
 # Exit 0: kept; 77: cannot be tried here (the full-disk cases need root to mount a small tmpfs); else broken.
-set -uo pipefail
-case_name=$1 sgdn=$2 py=$3 src=$4 work=$5/$1
-tiny=$src/tests/configs/tiny.ini
-rm -rf "$work" && mkdir -p "$work" && cd "$work" || exit 1
-
-die() {
-  echo "FAILED: $*"
-  for f in ./*.txt; do [ -f "$f" ] && { echo "--- $f"; cat "$f"; }; done
-  exit 1
-}
+. "$(dirname "$0")/program_case.sh"
 # run NAME ARGS...: runs sgdn, output in NAME.txt, exit status in $rc
 run() {
   local name=$1

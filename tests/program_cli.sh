@@ -1,16 +1,7 @@
 #!/usr/bin/env bash
 # The command line as users meet it, and the build each run records, one case per call.
 #   tests/program_cli.sh CASE SGDN PYTHON SOURCE_DIR WORK_DIR
-set -uo pipefail
-case_name=$1 sgdn=$2 py=$3 src=$4 work=$5/$1
-tiny=$src/tests/configs/tiny.ini
-rm -rf "$work" && mkdir -p "$work" && cd "$work" || exit 1
-
-die() {
-  echo "FAILED: $*"
-  for f in ./*.txt; do [ -f "$f" ] && { echo "--- $f"; cat "$f"; }; done
-  exit 1
-}
+. "$(dirname "$0")/program_case.sh"
 # call NAME ARGS...: runs sgdn with stdout in NAME.out.txt, stderr in NAME.err.txt, exit status in $rc
 call() {
   local name=$1

@@ -9,14 +9,8 @@ using namespace sgdn::test;
 
 namespace {
 
-struct Case {
-  Shape shape;
-  int64_t chunk;
-  bool initial_state;
-};
-
 // Several shapes: ragged last chunk, a single short chunk, r = 1, 2, 4, batches, K != V.
-std::vector<Case> shapes() {
+std::vector<ShapeCase> shapes() {
   return {
       {{1, 100, 2, 2, 16, 16}, 32, false},  // r = 1, ragged (100 = 3 x 32 + 4)
       {{2, 96, 2, 4, 16, 24}, 32, true},    // r = 2, batch 2, K != V, initial state
@@ -46,7 +40,7 @@ TEST_CASE("token recurrence is its own definition on a hand-checked case", "[eng
 }
 
 TEST_CASE("chunked exact equals the token recurrence in float64", "[engine]") {
-  for (const Case& c : shapes()) {
+  for (const ShapeCase& c : shapes()) {
     DYNAMIC_SECTION(c.shape.str() << " C=" << c.chunk << " S0=" << c.initial_state) {
       const Inputs<double> in = random_inputs(c.shape, 7, c.initial_state);
       const auto truth = token_recurrence(in);
@@ -60,7 +54,7 @@ TEST_CASE("chunked exact equals the token recurrence in float64", "[engine]") {
 }
 
 TEST_CASE("every event kept is exact for every group size G", "[engine]") {
-  const Case c = shapes()[1];
+  const ShapeCase c = shapes()[1];
   const Inputs<double> in = random_inputs(c.shape, 11, true);
   const auto truth = token_recurrence(in);
   const auto s = make_strategies("exact", "survival", "dense");
@@ -74,7 +68,7 @@ TEST_CASE("every event kept is exact for every group size G", "[engine]") {
 }
 
 TEST_CASE("sparse recurrence and group outputs match the token-level oracle", "[engine]") {
-  for (const Case& c : shapes()) {
+  for (const ShapeCase& c : shapes()) {
     for (int64_t group : {1, 2, 4}) {
       for (const std::string& selector : selector_registry().names()) {
         DYNAMIC_SECTION(c.shape.str() << " G=" << group << " " << selector) {
@@ -97,7 +91,7 @@ TEST_CASE("sparse recurrence and group outputs match the token-level oracle", "[
 }
 
 TEST_CASE("outputs are exact whatever the mask when one group spans the sequence", "[engine]") {
-  const Case c = shapes()[2];
+  const ShapeCase c = shapes()[2];
   const Inputs<double> in = random_inputs(c.shape, 5, true);
   const auto truth = token_recurrence(in);
   const auto s = make_strategies("exact", "update_norm", "topk", {}, {{"rho", "0.2"}});
@@ -107,7 +101,7 @@ TEST_CASE("outputs are exact whatever the mask when one group spans the sequence
 }
 
 TEST_CASE("snapshots hold the carried state after each selected event", "[engine]") {
-  const Case c = shapes()[1];
+  const ShapeCase c = shapes()[1];
   const Inputs<double> in = random_inputs(c.shape, 2, true);
   const auto s = make_strategies("exact", "survival", "topk", {}, {{"rho", "0.5"}});
   auto cfg = config_of(s, c.chunk, 1, Granularity::head);
@@ -125,7 +119,7 @@ TEST_CASE("snapshots hold the carried state after each selected event", "[engine
 }
 
 TEST_CASE("state error against the exact chunk states", "[engine]") {
-  const Case c = shapes()[1];
+  const ShapeCase c = shapes()[1];
   const Inputs<double> in = random_inputs(c.shape, 4, true);
   const auto exact = run_exact(in, c.chunk, true);
   const auto dense = make_strategies("exact", "survival", "dense");
@@ -143,7 +137,7 @@ TEST_CASE("state error against the exact chunk states", "[engine]") {
 }
 
 TEST_CASE("float32 engine agrees with the float64 oracle", "[engine]") {
-  for (const Case& c : shapes()) {
+  for (const ShapeCase& c : shapes()) {
     DYNAMIC_SECTION(c.shape.str()) {
       const Inputs<double> in = random_inputs(c.shape, 13, c.initial_state);
       const auto truth = token_recurrence(in);
@@ -193,7 +187,7 @@ TEST_CASE("block_adjacent flop count grows with the band and reaches exact's", "
 
 TEST_CASE("state error rebuilt from snapshots equals the engine's own", "[engine]") {
   // What backends without state probes (CUDA) report: the same numbers from their snapshots.
-  const Case c = shapes()[1];
+  const ShapeCase c = shapes()[1];
   const Inputs<double> in = random_inputs(c.shape, 14, true);
   const auto exact = run_exact(in, c.chunk, true);
   const auto s = make_strategies("exact", "survival", "topk", {}, {{"rho", "0.5"}});

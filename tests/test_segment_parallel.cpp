@@ -10,14 +10,8 @@ using namespace sgdn::test;
 
 namespace {
 
-struct Case {
-  Shape shape;
-  int64_t chunk;
-  bool initial_state;
-};
-
 // Ragged last chunks, GVA (r = 2 and 4), K != V, a batch of two, an initial state or none.
-std::vector<Case> cases() {
+std::vector<ShapeCase> cases() {
   return {
       {{2, 100, 2, 4, 16, 8}, 16, true},  // N = 7, last chunk of 4 tokens
       {{1, 161, 1, 4, 8, 16}, 8, false},  // N = 21, last chunk of 1 token
@@ -63,7 +57,7 @@ TEST_CASE("segment cuts cover the chain in order", "[segment_parallel]") {
 }
 
 TEST_CASE("the sequential chain is the engine's carried-state recurrence", "[segment_parallel]") {
-  for (const Case& c : cases()) {
+  for (const ShapeCase& c : cases()) {
     DYNAMIC_SECTION(c.shape.str() << " C=" << c.chunk << " S0=" << c.initial_state) {
       const Inputs<double> in = random_inputs(c.shape, 11, c.initial_state);
       const auto s = make_strategies("exact", "survival", "random", {}, {{"rho", "0.5"}, {"seed", "3"}});
@@ -97,7 +91,7 @@ TEST_CASE("the sequential chain is the engine's carried-state recurrence", "[seg
 
 TEST_CASE("segment-parallel evaluation reproduces the sequential sparse recurrence", "[segment_parallel]") {
   for (const std::string selector : {"random", "head_budget", "dense"}) {
-    for (const Case& c : cases()) {
+    for (const ShapeCase& c : cases()) {
       DYNAMIC_SECTION(selector << " " << c.shape.str() << " C=" << c.chunk << " S0=" << c.initial_state) {
         const Inputs<double> in = random_inputs(c.shape, 23, c.initial_state);
         const auto s = make_strategies("block_adjacent", "survival", selector,

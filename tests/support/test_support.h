@@ -9,6 +9,13 @@
 
 namespace sgdn::test {
 
+// One input shape of a test sweep: the shape, the chunk size, and whether the inputs carry an initial state.
+struct ShapeCase {
+  Shape shape;
+  int64_t chunk;
+  bool initial_state;
+};
+
 // Inputs with unit-norm q and k, N(0,1) values, β in (0, 1), decays from fast to slow forgetting.
 inline Inputs<double> random_inputs(const Shape& shape, uint64_t seed, bool with_initial_state) {
   Inputs<double> in = make_inputs<double>(shape, with_initial_state);
