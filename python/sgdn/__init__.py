@@ -77,7 +77,9 @@ def chunk_gated_delta_rule(q, k, v, g, beta, scale=None, initial_state=None, out
     the library's float32 path), and o is returned in float16. k, v and beta are converted to q's dtype, g
     and initial_state to float32. Sparse settings (SETTINGS: selector=, rho=, solver=, ...) as keywords or
     from a `config` block; unset ones take the library's default (the project's default configuration,
-    sparse). No host synchronisation. No backward pass: autograd raises NotImplementedError."""
+    sparse). No host synchronisation in the forward. Backward: for the dense configuration (selector="dense",
+    solver="exact") the forward is recomputed in float32 torch and differentiated (a correct, slow reference
+    that reads cu_seqlens on the host); other configurations raise NotImplementedError."""
     settings = settings_of_call(sparse)
     out_dtype = q.dtype
     if q.dtype == torch.bfloat16:

@@ -123,13 +123,44 @@ def _(q, k, v, g, beta, cu_seqlens, initial_state, scale, output_final_state, re
             q.new_empty(budget_shape, dtype=torch.int32), q.new_empty(offsets_shape, dtype=torch.int32))
 
 
-def _backward(ctx, *grads):
-    raise NotImplementedError("sgdn.chunk_gated_delta_rule: backward is not implemented (forward/prefill only); "
-                              "use FLA's chunk_gated_delta_rule for training")
-
-
 def _setup_context(ctx, inputs, output):
-    pass
+    q, k, v, g, beta, cu_seqlens, initial_state, scale, output_final_state = inputs[:9]
+    ctx.scale, ctx.output_final_state, ctx.settings = scale, output_final_state, _settings(*inputs[11:])
+    ctx.has_state = initial_state is not None
+    ctx.save_for_backward(q, k, v, g, beta, cu_seqlens, initial_state)
 
 
+def _backward(ctx, grad_o, grad_state, *grad_events):
+    """The dense configuration's gradient (sgdn._grad: the forward recomputed in float32 torch, differentiated
+    by autograd; reads cu_seqlens on the host). Other configurations raise NotImplementedError."""
+    from . import _grad
+
+    lib = _capi.load_library()
+    config = _capi.make_config(lib, num_seqs=1, total_tokens=1, qk_heads=1, v_heads=1, key_dim=0, value_dim=0,
+                               **ctx.settings)
+    selector = _capi.strategy_names(lib, _capi.SELECTORS)[config.selector]
+    if selector != "dense" or config.solver_band >= 0:
+        raise NotImplementedError(
+            "sgdn.chunk_gated_delta_rule: backward is not implemented for this configuration (selector "
+            f"'{selector}', solver {'exact' if config.solver_band < 0 else 'block_adjacent'}); it is defined "
+            "for the dense one only: selector='dense', solver='exact'")
+    q, k, v, g, beta, cu_seqlens, initial_state = ctx.saved_tensors
+    inputs = [x.detach().float().requires_grad_() for x in (q, k, v, g, beta)]
+    state = initial_state.detach().float().requires_grad_() if ctx.has_state else None
+    scale = ctx.scale if ctx.scale > 0 else q.shape[-1] ** -0.5
+    with torch.enable_grad():
+        o, final_state = _grad.packed_dense_recurrence(*inputs, scale, state, cu_seqlens, config.chunk)
+        outputs, grads = [o], [grad_o.float()]
+        if ctx.output_final_state:
+            outputs.append(final_state)
+            grads.append(grad_state.float())
+        leaves = inputs + ([state] if ctx.has_state else [])
+        found = torch.autograd.grad(outputs, leaves, grads, allow_unused=True)
+    dq, dk, dv, dg, dbeta = (d.to(x.dtype) for d, x in zip(found[:5], (q, k, v, g, beta)))
+    dstate = found[5] if ctx.has_state else None
+    return (dq, dk, dv, dg, dbeta, None, dstate) + (None,) * (len(_OP_ARGS) - 7)
+
+
+_OP_ARGS = ("q", "k", "v", "g", "beta", "cu_seqlens", "initial_state", "scale", "output_final_state",
+            "return_events", "output_dtype") + SETTINGS
 chunk_gdn_fwd.register_autograd(_backward, setup_context=_setup_context)

@@ -10,7 +10,7 @@ import torch
 from torch._subclasses import FakeTensorMode
 
 import sgdn
-from sgdn import _ops
+from sgdn import _grad, _ops
 from reference import packed_recurrence, reference_op
 
 
@@ -225,14 +225,49 @@ def test_traced_as_one_op_by_export(events):
     assert sum("sgdn.chunk_gdn_fwd" in t for t in targets) == 1, targets
 
 
-def test_backward_raises_a_clear_error():
+@needs_library
+def test_backward_of_a_sparse_configuration_is_a_clear_error():
     mode = FakeTensorMode()
     q, k, v, g, beta = fake_inputs(mode, T=64, device="cpu")  # the autograd engine wants a real device
     with mode:
         q.requires_grad_(True)
-        o, _ = sgdn.chunk_gated_delta_rule(q, k, v, g, beta, selector="dense")
-        with pytest.raises(NotImplementedError, match="backward is not implemented"):
+        o, _ = sgdn.chunk_gated_delta_rule(q, k, v, g, beta, selector="dense")  # banded solver: approximate
+        with pytest.raises(NotImplementedError, match="backward is not implemented for this configuration"):
             o.sum().backward()
+
+
+@needs_library
+def test_backward_of_the_dense_configuration_gives_every_gradient():
+    mode = FakeTensorMode()
+    q, k, v, g, beta = fake_inputs(mode, T=100, device="cpu", dtype=torch.float16)
+    with mode:
+        s0 = torch.empty(1, 4, 64, 32, dtype=torch.bfloat16)
+        leaves = [x.requires_grad_(True) for x in (q, k, v, g, beta, s0)]
+        o, final = sgdn.chunk_gated_delta_rule(q, k, v, g, beta, None, s0, True, True, selector="dense",
+                                               solver="exact")
+        grads = torch.autograd.grad((o.float().sum(), final.sum()), leaves)
+    assert [(d.shape, d.dtype) for d in grads] == [(x.shape, x.dtype) for x in leaves]
+
+
+def test_reference_backward_matches_the_token_recurrence():
+    gen = torch.Generator().manual_seed(0)
+    T, H, HV, K, V = 150, 2, 4, 16, 8
+    q, k = torch.randn(1, T, H, K, generator=gen), torch.randn(1, T, H, K, generator=gen)
+    v = torch.randn(1, T, HV, V, generator=gen)
+    k = torch.nn.functional.normalize(k, dim=-1)
+    g, beta = -torch.rand(1, T, HV, generator=gen), torch.rand(1, T, HV, generator=gen)
+    s0 = torch.randn(3, HV, K, V, generator=gen)
+    cu = torch.tensor([0, 70, 71, 150])
+    ours = [x.double().requires_grad_() for x in (q, k, v, g, beta, s0)]
+    ref = [x.double().requires_grad_() for x in (q, k, v, g, beta, s0)]
+    o, S = _grad.packed_dense_recurrence(*ours[:5], 0.3, ours[5], cu, chunk=32)
+    ro, rS = packed_recurrence(*ref[:5], 0.3, ref[5], cu)
+    assert torch.allclose(o, ro, atol=1e-12) and torch.allclose(S, rS, atol=1e-12)
+    wo, wS = torch.randn_like(ro), torch.randn_like(rS)
+    mine = torch.autograd.grad((o * wo).sum() + (S * wS).sum(), ours)
+    theirs = torch.autograd.grad((ro * wo).sum() + (rS * wS).sum(), ref)
+    for a, b in zip(mine, theirs):
+        assert torch.allclose(a, b, atol=1e-11)
 
 
 @needs_library

@@ -1,5 +1,5 @@
 """sgdn.chunk_gated_delta_rule on the GPU: the float64 token recurrence, events, torch.compile, CUDA graphs,
-opcheck, no host synchronisation. Needs a Hopper GPU and the library:
+opcheck, no host synchronisation, the dense backward. Needs a Hopper GPU and the library:
 
     SGDN_CUDA_LIB=build/kernels/libsgdn_cuda_capi.so python3 -m pytest -q python/tests
 """
@@ -126,12 +126,29 @@ def test_cuda_graph_capture_and_replay():
     assert torch.equal(out_o, ref_o) and torch.equal(out_s, ref_s)
 
 
-def test_backward_is_a_clear_error():
+def test_backward_of_a_sparse_configuration_is_a_clear_error():
     q, k, v, g, beta, cu = inputs([64])
     q.requires_grad_(True)
-    o, _ = sgdn.chunk_gated_delta_rule(q, k, v, g, beta, **DENSE)
-    with pytest.raises(NotImplementedError, match="backward is not implemented"):
+    o, _ = sgdn.chunk_gated_delta_rule(q, k, v, g, beta)  # the library's default: sparse
+    with pytest.raises(NotImplementedError, match="backward is not implemented for this configuration"):
         o.float().sum().backward()
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
+def test_dense_backward_matches_float64_autograd(dtype):
+    lengths = [100, 1, 64, 90]
+    q, k, v, g, beta, cu = inputs(lengths, K=64, V=64, dtype=dtype, normalized=False, seed=9)
+    s0 = 0.3 * torch.randn(len(lengths), 4, 64, 64, device="cuda")
+    ours = [x.clone().requires_grad_() for x in (q, k, v, g, beta, s0)]
+    ref = [x.detach().double().requires_grad_() for x in (q, k, v, g, beta, s0)]
+    o, final = sgdn.chunk_gated_delta_rule(*ours[:5], None, ours[5], True, True, cu, **DENSE)
+    ro, rs = packed_recurrence(*ref[:5], None, ref[5], cu.cpu(), l2norm=True)
+    wo, ws = torch.randn_like(ro), torch.randn_like(rs)
+    mine = torch.autograd.grad((o.double() * wo).sum() + (final.double() * ws).sum(), ours)
+    theirs = torch.autograd.grad((ro * wo).sum() + (rs * ws).sum(), ref)
+    errors = [rel(a, b) for a, b in zip(mine, theirs)]
+    print(f"\nbackward {dtype}: rel err dq dk dv dg dbeta ds0 " + " ".join(f"{e:.2e}" for e in errors))
+    assert all(e <= 1e-2 for e in errors)  # gradients in float32 from inputs in `dtype`, rounded to it
 
 
 def test_bad_input_raises_with_message():
