@@ -64,5 +64,6 @@ def test_library_search_order(monkeypatch):
     monkeypatch.setenv("SGDN_CUDA_LIB", "/from/env.so")
     candidates = sgdn_cuda.library_candidates("/given.so")
     assert candidates[:2] == ["/given.so", "/from/env.so"]
-    assert candidates[2].endswith(os.path.join("build", "kernels", "libsgdn_cuda_capi.so"))
-    assert candidates[3].endswith(os.path.join("build-cuda", "kernels", "libsgdn_cuda_capi.so"))
+    assert candidates[2].endswith(os.path.join("python", "sgdn", "libsgdn_cuda_capi.so"))  # pip install .
+    assert candidates[3].endswith(os.path.join("build", "kernels", "libsgdn_cuda_capi.so"))
+    assert candidates[4].endswith(os.path.join("build-cuda", "kernels", "libsgdn_cuda_capi.so"))
