@@ -266,6 +266,8 @@ def chunk_sparse_gdn(q, k, v, g, beta, *, scale=None, initial_state=None, output
     defaults (sgdn_cuda_default_config in kernels/sgdn_cuda.h: the project's default configuration).
     cu_seqlens is checked and read on the host (a sync); sgdn.chunk_gated_delta_rule does without."""
     lib = load_library()
+    if g.is_floating_point():
+        g = g.float()  # the library reads g as float32; any float dtype is accepted and cast here
     B, T, H, K, HV, V = check_inputs(q, k, v, g, beta)
     device = q.device
     if cu_seqlens is None:

@@ -85,7 +85,7 @@ def test_no_host_sync():
 
 def test_opcheck():
     q, k, v, g, beta, cu = inputs([100, 28])
-    args = (q, k, v, g, beta, cu, None, 0.0, True, True, torch.bfloat16)
+    args = (q, k, v, g.float(), beta, cu, None, 0.0, True, True, torch.bfloat16)  # the op takes g in float32
     torch.library.opcheck(torch.ops.sgdn.chunk_gdn_fwd.default, args, dict(DENSE))
 
 
