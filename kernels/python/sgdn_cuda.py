@@ -16,4 +16,4 @@ if os.path.isdir(os.path.join(_PACKAGE_ROOT, "sgdn")) and _PACKAGE_ROOT not in s
 from sgdn._capi import *  # noqa: E402,F401,F403
 from sgdn._capi import (  # noqa: E402,F401
     ABI_VERSION, BFLOAT16, FLOAT32, GRANULARITIES, SCORES, SELECTORS, SOLVERS, STATUS, Config, Tensors,
-    check_inputs, launch, library_candidates)
+    _check, check_inputs, launch, library_candidates)
