@@ -135,6 +135,10 @@ const std::map<std::string, KeySpec>& config_keys() {
     k["dump.inputs"] = {"true", "write the workload inputs and exact outputs", {}};
     k["dump.outputs"] = {"true", "write each run's outputs", {}};
     k["dump.states"] = {"false", "write each run's state snapshots", {}};
+    k["dump.level"] = {"full",
+                       "full: what the dump.* keys ask for; analysis: only events and metrics (no inputs, "
+                       "exact outputs, outputs or states), for big sweeps",
+                       {"full", "analysis"}};
     return k;
   }();
   return keys;
@@ -171,6 +175,10 @@ double RunSpec::get_double(const std::string& key) const {
 }
 bool RunSpec::get_bool(const std::string& key) const {
   return parse_bool(key, get(key));
+}
+
+bool RunSpec::dumps(const std::string& item) const {
+  return get("dump.level") != "analysis" && get_bool("dump." + item);
 }
 
 Params RunSpec::section(const std::string& name) const {
@@ -337,6 +345,7 @@ RunSpec resolve_run(const Settings& settings) {
   take_bool("dump.inputs");
   take_bool("dump.outputs");
   take_bool("dump.states");
+  take("dump.level");
 
   make_run_strategies(run);  // parameter ranges, block vs chunk
   // Canonical text, so that `0.1` and `0.10`, or `yes` and `true`, are one run.
@@ -346,7 +355,7 @@ RunSpec resolve_run(const Settings& settings) {
   static const std::set<std::string> measurement_only = {"run.timing_repeats"};
   // Keys added after results were first written, at their registered default (which computes what builds
   // without them computed): left out of the identity there, so that earlier result files still resume.
-  static const std::set<std::string> later_keys = {"selector.max_fraction"};
+  static const std::set<std::string> later_keys = {"selector.max_fraction", "dump.level"};
   std::string text;
   for (const auto& [key, v] : r) {
     if (measurement_only.count(key) ||
@@ -375,7 +384,7 @@ EngineConfig RunStrategies::engine_config(const RunSpec& run) const {
   c.score = score.get();
   c.selector = selector.get();
   c.granularity = parse_granularity(run.get("selector.granularity"));
-  c.keep_snapshots = run.get_bool("dump.states");
+  c.keep_snapshots = run.dumps("states");
   return c;
 }
 
