@@ -15,7 +15,8 @@ no data for:
   error_by_memory.png  output error per head, split into short- and long-memory heads by their decay
   needle_heatmap.png   needle accuracy over depth x length, one small panel per configuration
   budgets.png          retention per head group (the events each group received) per configuration
-  state_error.png      mean relative state error after each chunk, one line per selector/rho
+  state_error.png      mean relative state error after each chunk, one line per selector/rho, short- and
+                       long-memory heads apart where the per-head state error is stored
   pareto.png           needle accuracy against run time relative to dense, every selector configuration,
                        with the Pareto front (most accuracy for the least time)
   solver_cost.png      output error against work for the intra-chunk solvers (every event kept): the cost
@@ -24,6 +25,7 @@ no data for:
 Only h5py, numpy and matplotlib (Debian's python3-* packages) are used.
 """
 import argparse
+import io
 import os
 import sys
 from collections import defaultdict
@@ -36,6 +38,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 import matplotlib.colors  # noqa: E402
 import matplotlib.ticker  # noqa: E402
 import numpy as np  # noqa: E402
+import PIL.Image  # noqa: E402  (matplotlib's own dependency)
 
 KIND_STYLES = {"random": "-", "needle": "--", "file": ":"}
 BUDGET_MARKERS = ["o", "s", "^", "D", "v", "P", "X", "*"]
@@ -221,9 +224,14 @@ def log_range(sparse, dense):
 
 
 def save(fig, out_dir, name):
+    """A PNG of at most 256 colours (a plot has few; a third of the size of a true-colour one)."""
     path = os.path.join(out_dir, name)
-    fig.savefig(path, dpi=100, bbox_inches="tight")
+    buffer = io.BytesIO()
+    fig.savefig(buffer, dpi=110, bbox_inches="tight", format="png")
     plt.close(fig)
+    buffer.seek(0)
+    with PIL.Image.open(buffer) as image:
+        image.convert("RGB").quantize(256).save(path, optimize=True)
     print(path)
 
 
@@ -445,7 +453,7 @@ def plot_budgets(runs, out_dir, sel_label):
         "value head" if granularities == {"head"} else "head group / head (by granularity)")
     ax.set_xlabel(f"{unit}, in head order")
     fig.colorbar(image, ax=ax, label="fraction of chunks kept")
-    ax.set_title("Events each head group received (dense omitted: 1 everywhere)", fontsize=10)
+    ax.set_title("Events each head group received\n(dense omitted: 1 everywhere)", fontsize=10)
     fig.tight_layout()
     save(fig, out_dir, "budgets.png")
 
@@ -458,23 +466,36 @@ def plot_state_error(runs, out_dir, sel_label):
         print("plot.py: no state_error_per_chunk datasets: skipping state_error.png")
         return
 
-    def row_key(r):  # panel rows: workload kind, and length when several
-        return (r["a"].get("workload.kind", "?"), int(r["a"].get("workload.tokens", -1)))
+    def by_memory(r):
+        """(heads, curve) per memory class: short- and long-memory heads apart where the per-head state error and
+        the heads' decays are stored (fast-forgetting heads recover from a dropped event within a chunk or two,
+        slow ones carry the error on), else all heads together."""
+        per_head = r["d"].get("state_error")
+        memory = memory_tokens(r["w"])
+        if per_head is None or per_head.ndim != 3 or memory is None or len(memory) != per_head.shape[1]:
+            return [("all heads", np.asarray(r["d"]["state_error_per_chunk"], dtype=float).ravel())]
+        long_memory = memory >= int(r["a"].get("run.chunk", 64))
+        out = []
+        for name, chosen in (("short-memory heads", ~long_memory), ("long-memory heads", long_memory)):
+            if chosen.any():
+                out.append((f"{name} ({int(chosen.sum())})", per_head[:, chosen, :].astype(float).mean(axis=(0, 1))))
+        return out
 
     def curve_key(r):  # one line per selector configuration, dense first
         return (0 if is_dense(r) else 1, sel_label(r), budget_text(r))
 
-    # mean curve per (row, solver, G, configuration)
+    # mean curve per (row, solver, G, configuration); rows: workload kind, length, memory class of the heads
     collected = defaultdict(list)
     for r in runs:
-        collected[(row_key(r), solver_label(r), int(r["a"].get("run.group", 1)), curve_key(r))].append(
-            np.asarray(r["d"]["state_error_per_chunk"], dtype=float).ravel())
+        for heads, curve in by_memory(r):
+            row = (r["a"].get("workload.kind", "?"), int(r["a"].get("workload.tokens", -1)), heads)
+            collected[(row, solver_label(r), int(r["a"].get("run.group", 1)), curve_key(r))].append(curve)
     curves = {}
     for key, arrays in collected.items():
         n = min(len(a) for a in arrays)
         curves[key] = np.mean([a[:n] for a in arrays], axis=0)
     row_keys = sorted({k[0] for k in curves})
-    several_lengths = len({t for _, t in row_keys}) > 1
+    several_lengths = len({t for _, t, _ in row_keys}) > 1
     # panel columns: solver x G, with the G values of a solver merged when their curves are identical
     # (the states do not depend on G in SPEC §6; only the outputs do)
     columns = []  # (solver, [G values])
@@ -507,9 +528,10 @@ def plot_state_error(runs, out_dir, sel_label):
                 ax.plot(np.arange(len(y)), np.where(y > 0, y, np.nan), color=colours[sel],
                         ls=budget_style.get(budget, "-"), lw=1.2, label=label)
             finish_log_panel(ax, "below axis", off_axis, lo, hi)
-            kind, tokens = rk
+            kind, tokens, heads = rk
             g_text = ",".join(str(g) for g in groups)
-            ax.set_title(f"{kind}{f' T={tokens}' if several_lengths else ''} | {solver}, G={g_text}", fontsize=9)
+            ax.set_title(f"{kind}{f' T={tokens}' if several_lengths else ''}, {heads} | {solver}, G={g_text}",
+                         fontsize=9)
             ax.grid(True, which="both", alpha=0.3)
             if i == len(row_keys) - 1:
                 ax.set_xlabel("chunk index")
@@ -522,8 +544,9 @@ def plot_state_error(runs, out_dir, sel_label):
                 handles.append(h)
                 labels.append(lab)
     fig.legend(handles, labels, loc="center left", bbox_to_anchor=(1.0, 0.5), fontsize=8)
-    fig.suptitle("State error after each chunk (mean over batch and heads; G values merged where identical)")
-    fig.tight_layout()
+    fig.suptitle("State error after each chunk (mean over batch and the heads of the row: memory 1/|g| under or over "
+                 "one chunk; G values merged where identical)", fontsize=10)
+    fig.tight_layout(rect=(0, 0, 1, 1.0 - 0.2 / fig.get_figheight()))
     save(fig, out_dir, "state_error.png")
 
 
