@@ -60,11 +60,6 @@ def _plain(value):
     return value
 
 
-def _flag(value):
-    """A boolean attribute: 0/1 (schema 2) or 'true'/'false' (schema 1)."""
-    return value in (1, True, "true")
-
-
 def _is_scale(dataset):
     return h5py.h5ds.is_scale(dataset.id)
 
