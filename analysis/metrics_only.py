@@ -13,9 +13,33 @@ import sys
 import h5py
 
 
+DIMENSION_SCALE_ATTRS = ("DIMENSION_LIST", "REFERENCE_LIST")
+
+
 def copy_attrs(src, dst):
     for key, value in src.attrs.items():
         dst.attrs[key] = value
+
+
+def copy_group(src_file, src_group, dst_parent, name):
+    """Copies a group with its dimension scales attached again in the copy: HDF5's copy into another file keeps
+    the scales' references pointing into the source file."""
+    src_file.copy(src_group, dst_parent, name=name)
+    dst_group = dst_parent[name]
+    for key, source in src_group.items():
+        if not isinstance(source, h5py.Dataset):
+            continue
+        target = dst_group[key]
+        for attr in DIMENSION_SCALE_ATTRS:
+            if attr in target.attrs:
+                del target.attrs[attr]
+    for key, source in src_group.items():
+        if not isinstance(source, h5py.Dataset) or h5py.h5ds.is_scale(source.id):
+            continue
+        for axis, dim in enumerate(source.dims):
+            for scale_name in dim.keys():
+                if scale_name in dst_group and h5py.h5ds.is_scale(dst_group[scale_name].id):
+                    dst_group[key].dims[axis].attach_scale(dst_group[scale_name])
 
 
 def main():
@@ -52,13 +76,13 @@ def copy(src, tmp):
             copy_attrs(w, group)
             for name in ("needle",):
                 if name in w:
-                    src.copy(w[name], group, name=name)
+                    copy_group(src, w[name], group, name)
         for rid, r in src.get("runs", {}).items():
             group = dst.create_group(f"runs/{rid}")
             copy_attrs(r, group)
             group.attrs["written"] = "metrics"
             if "metrics" in r:
-                src.copy(r["metrics"], group, name="metrics")
+                copy_group(src, r["metrics"], group, "metrics")
 
 
 if __name__ == "__main__":

@@ -1,13 +1,22 @@
 #!/usr/bin/env python3
-"""Plots of SparseGDN experiment files (SPEC §8 metrics, §10 HDF5 schema 1).
+"""Plots of SparseGDN experiment files (SPEC §8 metrics, §10 HDF5 schema).
 
-    /usr/bin/python3 analysis/plot.py FILE.h5 [FILE2.h5 ...] --out DIR
+    /usr/bin/python3 analysis/plot.py FILE.h5 [FILE2.h5 ...] [--out DIR]
 
-Writes into DIR, skipping (with a note) any plot the files hold no data for:
+Writes into DIR (default: FILE_plots/ next to the first file), skipping (with a note) any plot the files hold
+no data for:
   error_vs_rho.png     output error against rho per selector; panels per solver x G, line style per workload kind
+  error_vs_cost.png    output error against cost per selector: flops / dense, carried-state bytes / dense, and
+                       GPU time / dense where cuda runs are present; each selector's points joined by budget,
+                       the front of the cheapest error in grey
+  event_mask.png       the event mask as a heads x chunks picture per selector configuration (one workload of
+                       each kind, batch 0): which chunk wrote into which head's carried state
+  event_score.png      the scores the selectors ranked, heads x chunks, with the kept events marked
+  error_by_memory.png  output error per head, split into short- and long-memory heads by their decay
   needle_heatmap.png   needle accuracy over depth x length, one small panel per configuration
   budgets.png          retention per head group (the events each group received) per configuration
-  state_error.png      mean relative state error after each chunk, one line per selector/rho
+  state_error.png      mean relative state error after each chunk, one line per selector/rho, short- and
+                       long-memory heads apart where the per-head state error is stored
   pareto.png           needle accuracy against run time relative to dense, every selector configuration,
                        with the Pareto front (most accuracy for the least time)
   solver_cost.png      output error against work for the intra-chunk solvers (every event kept): the cost
@@ -16,6 +25,7 @@ Writes into DIR, skipping (with a note) any plot the files hold no data for:
 Only h5py, numpy and matplotlib (Debian's python3-* packages) are used.
 """
 import argparse
+import io
 import os
 import sys
 from collections import defaultdict
@@ -25,10 +35,14 @@ import matplotlib
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
+import matplotlib.colors  # noqa: E402
 import matplotlib.ticker  # noqa: E402
 import numpy as np  # noqa: E402
+import PIL.Image  # noqa: E402  (matplotlib's own dependency)
 
 KIND_STYLES = {"random": "-", "needle": "--", "file": ":"}
+BUDGET_MARKERS = ["o", "s", "^", "D", "v", "P", "X", "*"]
+SCHEMA_VERSIONS = (1, 2)  # the experiment file versions this script reads (docs/hdf5_schema.md)
 RHO_STYLES = ["-", "--", ":", "-."]
 DENSE_COLOUR = "black"
 
@@ -46,8 +60,21 @@ def _plain(value):
     return value
 
 
+def _is_scale(dataset):
+    return h5py.h5ds.is_scale(dataset.id)
+
+
+def _workload_attrs(workload):
+    """The generator's parameters of a workload: on its group (schema 2), else on its inputs group."""
+    attrs = {k: v for k, v in workload.attrs.items()}
+    if "inputs" in workload:
+        attrs.update({k: v for k, v in workload["inputs"].attrs.items() if k not in attrs})
+    return attrs
+
+
 def load_runs(path):
-    """One dict per run: its attrs ('a'), metrics attrs ('m') and metrics datasets ('d'), all read into memory."""
+    """One dict per run: its attrs ('a'), metrics attrs ('m'), metrics datasets ('d'), the event mask and scores of
+    batch 0 ('events', when written) and its workload's generator attributes ('w'), all read into memory."""
     if not os.path.isfile(path):
         raise SystemExit(f"plot.py: {path}: no such file")
     if not h5py.is_hdf5(path):
@@ -57,16 +84,27 @@ def load_runs(path):
         with h5py.File(path, "r") as f:
             if "runs" not in f:
                 raise SystemExit(f"plot.py: {path}: no /runs group (not a SparseGDN experiment file?)")
+            version = _plain(f.attrs.get("schema_version", -1))
+            if version not in SCHEMA_VERSIONS:
+                raise SystemExit(f"plot.py: {path}: schema_version {version}; this script reads versions "
+                                 f"{', '.join(map(str, SCHEMA_VERSIONS))}")
+            workloads = {wid: _workload_attrs(w) for wid, w in f.get("workloads", {}).items()}
             for rid, group in f["runs"].items():
                 metrics = group.get("metrics")
                 if metrics is None:
                     continue
+                events = group.get("events")
+                a = {k: _plain(v) for k, v in group.attrs.items()}
                 runs.append({
                     "file": path,
                     "id": rid,
-                    "a": {k: _plain(v) for k, v in group.attrs.items()},
+                    "a": a,
                     "m": {k: _plain(v) for k, v in metrics.attrs.items()},
-                    "d": {k: np.asarray(v[()]) for k, v in metrics.items() if isinstance(v, h5py.Dataset)},
+                    "d": {k: np.asarray(v[()]) for k, v in metrics.items()
+                          if isinstance(v, h5py.Dataset) and not _is_scale(v)},
+                    "events": ({k: np.asarray(events[k][0]) for k in ("mask", "score") if k in events}
+                               if events is not None else {}),
+                    "w": workloads.get(a.get("workload"), {}),
                 })
     except OSError as err:
         raise SystemExit(f"plot.py: {path}: cannot read: {err}")
@@ -147,8 +185,13 @@ def label_log_axis(ax):
     """On a log y axis spanning under two decades, label the minor ticks too (otherwise few or no labels show)."""
     lo, hi = ax.get_ylim()
     if lo > 0 and hi / lo < 100:
-        ax.yaxis.set_minor_formatter(matplotlib.ticker.FormatStrFormatter("%.2g"))
-        ax.tick_params(axis="y", which="minor", labelsize=7)
+        # only the 2s, 3s and 5s of a decade: all nine crowd into each other near the decade's top
+        def minor(value, _):
+            leading = value / 10 ** np.floor(np.log10(value) + 1e-9)
+            return f"{value:.2g}" if round(leading) in (2, 3, 5) and abs(leading - round(leading)) < 1e-6 else ""
+        ax.yaxis.set_minor_formatter(matplotlib.ticker.FuncFormatter(minor))
+        ax.yaxis.set_major_formatter(matplotlib.ticker.FuncFormatter(lambda value, _: f"{value:.2g}"))
+        ax.tick_params(axis="y", which="both", labelsize=7)
 
 
 def finish_log_panel(ax, note, off_axis, lo, hi):
@@ -176,9 +219,14 @@ def log_range(sparse, dense):
 
 
 def save(fig, out_dir, name):
+    """A PNG of at most 256 colours (a plot has few; a third of the size of a true-colour one)."""
     path = os.path.join(out_dir, name)
-    fig.savefig(path, dpi=110, bbox_inches="tight")
+    buffer = io.BytesIO()
+    fig.savefig(buffer, dpi=110, bbox_inches="tight", format="png")
     plt.close(fig)
+    buffer.seek(0)
+    with PIL.Image.open(buffer) as image:
+        image.convert("RGB").quantize(256).save(path, optimize=True)
     print(path)
 
 
@@ -400,7 +448,7 @@ def plot_budgets(runs, out_dir, sel_label):
         "value head" if granularities == {"head"} else "head group / head (by granularity)")
     ax.set_xlabel(f"{unit}, in head order")
     fig.colorbar(image, ax=ax, label="fraction of chunks kept")
-    ax.set_title("Events each head group received (dense omitted: 1 everywhere)", fontsize=10)
+    ax.set_title("Events each head group received\n(dense omitted: 1 everywhere)", fontsize=10)
     fig.tight_layout()
     save(fig, out_dir, "budgets.png")
 
@@ -413,23 +461,36 @@ def plot_state_error(runs, out_dir, sel_label):
         print("plot.py: no state_error_per_chunk datasets: skipping state_error.png")
         return
 
-    def row_key(r):  # panel rows: workload kind, and length when several
-        return (r["a"].get("workload.kind", "?"), int(r["a"].get("workload.tokens", -1)))
+    def by_memory(r):
+        """(heads, curve) per memory class: short- and long-memory heads apart where the per-head state error and
+        the heads' decays are stored (fast-forgetting heads recover from a dropped event within a chunk or two,
+        slow ones carry the error on), else all heads together."""
+        per_head = r["d"].get("state_error")
+        memory = memory_tokens(r["w"])
+        if per_head is None or per_head.ndim != 3 or memory is None or len(memory) != per_head.shape[1]:
+            return [("all heads", np.asarray(r["d"]["state_error_per_chunk"], dtype=float).ravel())]
+        long_memory = memory >= int(r["a"].get("run.chunk", 64))
+        out = []
+        for name, chosen in (("short-memory heads", ~long_memory), ("long-memory heads", long_memory)):
+            if chosen.any():
+                out.append((f"{name} ({int(chosen.sum())})", per_head[:, chosen, :].astype(float).mean(axis=(0, 1))))
+        return out
 
     def curve_key(r):  # one line per selector configuration, dense first
         return (0 if is_dense(r) else 1, sel_label(r), budget_text(r))
 
-    # mean curve per (row, solver, G, configuration)
+    # mean curve per (row, solver, G, configuration); rows: workload kind, length, memory class of the heads
     collected = defaultdict(list)
     for r in runs:
-        collected[(row_key(r), solver_label(r), int(r["a"].get("run.group", 1)), curve_key(r))].append(
-            np.asarray(r["d"]["state_error_per_chunk"], dtype=float).ravel())
+        for heads, curve in by_memory(r):
+            row = (r["a"].get("workload.kind", "?"), int(r["a"].get("workload.tokens", -1)), heads)
+            collected[(row, solver_label(r), int(r["a"].get("run.group", 1)), curve_key(r))].append(curve)
     curves = {}
     for key, arrays in collected.items():
         n = min(len(a) for a in arrays)
         curves[key] = np.mean([a[:n] for a in arrays], axis=0)
     row_keys = sorted({k[0] for k in curves})
-    several_lengths = len({t for _, t in row_keys}) > 1
+    several_lengths = len({t for _, t, _ in row_keys}) > 1
     # panel columns: solver x G, with the G values of a solver merged when their curves are identical
     # (the states do not depend on G in SPEC §6; only the outputs do)
     columns = []  # (solver, [G values])
@@ -462,9 +523,10 @@ def plot_state_error(runs, out_dir, sel_label):
                 ax.plot(np.arange(len(y)), np.where(y > 0, y, np.nan), color=colours[sel],
                         ls=budget_style.get(budget, "-"), lw=1.2, label=label)
             finish_log_panel(ax, "below axis", off_axis, lo, hi)
-            kind, tokens = rk
+            kind, tokens, heads = rk
             g_text = ",".join(str(g) for g in groups)
-            ax.set_title(f"{kind}{f' T={tokens}' if several_lengths else ''} | {solver}, G={g_text}", fontsize=9)
+            ax.set_title(f"{kind}{f' T={tokens}' if several_lengths else ''}, {heads} | {solver}, G={g_text}",
+                         fontsize=9)
             ax.grid(True, which="both", alpha=0.3)
             if i == len(row_keys) - 1:
                 ax.set_xlabel("chunk index")
@@ -477,8 +539,9 @@ def plot_state_error(runs, out_dir, sel_label):
                 handles.append(h)
                 labels.append(lab)
     fig.legend(handles, labels, loc="center left", bbox_to_anchor=(1.0, 0.5), fontsize=8)
-    fig.suptitle("State error after each chunk (mean over batch and heads; G values merged where identical)")
-    fig.tight_layout()
+    fig.suptitle("State error after each chunk (mean over batch and the heads of the row: memory 1/|g| under or over "
+                 "one chunk; G values merged where identical)", fontsize=10)
+    fig.tight_layout(rect=(0, 0, 1, 1.0 - 0.2 / fig.get_figheight()))
     save(fig, out_dir, "state_error.png")
 
 
@@ -513,20 +576,20 @@ def plot_pareto(runs, out_dir, sel_label):
         if acc > best:
             front.append((t, acc))
             best = acc
+    # Colour: selector; marker: budget; hollow: G > 1. No text at the points (it overlapped): the legend says it.
     colours = colour_map({k[0] for k in points})
+    markers = budget_markers(k[1] for k in points)
     fig, ax = plt.subplots(figsize=(9, 6))
     for t, acc, key in items:
-        ax.scatter(t, acc, color=colours[key[0]], s=30, zorder=3)
-        ax.annotate(" ".join(str(x) for x in (key[0], key[1], f"G={key[2]}") if x), (t, acc), fontsize=6,
-                    xytext=(3, 2), textcoords="offset points")
+        hollow = key[2] > 1
+        ax.scatter(t, acc, s=40, zorder=3, marker=markers.get(key[1], "o"), edgecolors=colours[key[0]],
+                   facecolors="none" if hollow else colours[key[0]])
     ax.plot([p[0] for p in front], [p[1] for p in front], color="grey", lw=1, ls="--", zorder=2, label="Pareto front")
-    for name, colour in colours.items():
-        ax.scatter([], [], color=colour, label=name)
+    legend_for(ax, colours, markers, any(k[2] > 1 for k in points))
     ax.set_xlabel("run time / dense run time on the same workload (mean)")
     ax.set_ylabel("needle accuracy (mean over needle workloads)")
     ax.set_ylim(-0.03, 1.05)
     ax.grid(alpha=0.3)
-    ax.legend(fontsize=7, loc="lower right")
     ax.set_title("Needle accuracy against time, every selector configuration", fontsize=10)
     save(fig, out_dir, "pareto.png")
 
@@ -567,11 +630,284 @@ def plot_solver_cost(runs, out_dir, sel_label):
     save(fig, out_dir, "solver_cost.png")
 
 
+# ----------------------------------------------------------------------------------------------- shared legends
+
+def budget_markers(budgets):
+    """A marker per budget text ('rho=0.1', 'tau=1.5'; '' for dense)."""
+    names = sorted(set(budgets))
+    return {b: BUDGET_MARKERS[i % len(BUDGET_MARKERS)] for i, b in enumerate(names)}
+
+
+def legend_for(ax, colours, markers, hollow_means_grouped, loc="center left", outside=True):
+    """One legend that names colours (selectors), markers (budgets) and hollow markers (G > 1) once each."""
+    handles, labels = [], []
+    for name, colour in colours.items():
+        handles.append(plt.Line2D([], [], color=colour, marker="o", ls="", ms=6))
+        labels.append(name)
+    for budget, marker in markers.items():
+        if budget:
+            handles.append(plt.Line2D([], [], color="grey", marker=marker, ls="", ms=6))
+            labels.append(budget)
+    if hollow_means_grouped:
+        handles.append(plt.Line2D([], [], color="grey", marker="o", ls="", ms=6, markerfacecolor="none"))
+        labels.append("hollow: G > 1")
+    for h, lab in zip(*ax.get_legend_handles_labels()):
+        handles.append(h)
+        labels.append(lab)
+    if outside:
+        ax.figure.legend(handles, labels, loc=loc, bbox_to_anchor=(1.0, 0.5), fontsize=8)
+    else:
+        ax.legend(handles, labels, loc=loc, fontsize=7)
+
+
+# ----------------------------------------------------------------------------------------------- plot 7
+
+def plot_error_vs_cost(runs, out_dir, sel_label):
+    """Output error against cost, per selector: flops / dense (cost model), carried-state bytes / dense and, where
+    cuda runs are present, GPU time / the dense run's on the same workload. Mean over workloads of a kind."""
+    runs = [r for r in runs if "output_error" in r["m"]]
+    if not runs:
+        print("plot.py: no output_error metrics: skipping error_vs_cost.png")
+        return
+    dense_seconds = {}
+    for r in runs:
+        if is_dense(r) and r["a"].get("run.backend") == "cuda" and "seconds" in r["m"]:
+            dense_seconds[(r["a"].get("workload"), solver_label(r), r["a"].get("run.group"))] = r["m"]["seconds"]
+
+    def costs(r):
+        m = r["m"]
+        flops = m.get("flops_ratio", np.nan)
+        states = (m["state_bytes"] / m["dense_state_bytes"]
+                  if m.get("dense_state_bytes") else np.nan)
+        base = dense_seconds.get((r["a"].get("workload"), solver_label(r), r["a"].get("run.group")))
+        gpu = m["seconds"] / base if base and r["a"].get("run.backend") == "cuda" else np.nan
+        return {"flops": flops, "states": states, "gpu": gpu}
+
+    measures = [("flops", "flops / dense flops (cost model)"), ("states", "carried-state bytes / dense")]
+    if dense_seconds:
+        measures.append(("gpu", "GPU time / dense GPU time"))
+    # one point per (kind, solver, selector, budget, G): mean error and mean cost over workloads
+    points = defaultdict(lambda: defaultdict(list))
+    for r in runs:
+        key = (r["a"].get("workload.kind", "?"), solver_label(r), "dense" if is_dense(r) else sel_label(r),
+               budget_text(r), int(r["a"].get("run.group", 1)))
+        points[key]["error"].append(r["m"]["output_error"])
+        for name, value in costs(r).items():
+            points[key][name].append(value)
+    rows = sorted({(k[0], k[1]) for k in points})
+    colours = colour_map({k[2] for k in points})
+    markers = budget_markers(k[3] for k in points)
+    grouped = any(k[4] > 1 for k in points)
+    fig, axes = plt.subplots(len(rows), len(measures), squeeze=False,
+                             figsize=(4.6 * len(measures), 3.5 * len(rows)))
+    for i, (kind, solver) in enumerate(rows):
+        here = {k: v for k, v in points.items() if (k[0], k[1]) == (kind, solver)}
+        for j, (measure, xlabel) in enumerate(measures):
+            ax = axes[i][j]
+            xy = []
+            lines = defaultdict(list)
+            for key, values in sorted(here.items()):
+                x = float(np.nanmean(values[measure])) if np.any(np.isfinite(values[measure])) else np.nan
+                y = float(np.mean(values["error"]))
+                if not (np.isfinite(x) and np.isfinite(y) and y > 0):
+                    continue
+                xy.append((x, y))
+                lines[(key[2], key[4])].append((x, y))
+                ax.scatter(x, y, s=36, zorder=3, marker=markers[key[3]], edgecolors=colours[key[2]],
+                           facecolors="none" if key[4] > 1 else colours[key[2]])
+            for (selector, _), pts in lines.items():  # a selector's budgets, joined by cost
+                pts.sort()
+                ax.plot([p[0] for p in pts], [p[1] for p in pts], color=colours[selector], lw=0.8, alpha=0.6)
+            front, best = [], np.inf
+            for x, y in sorted(xy):  # the least error for at most this cost
+                if y < best:
+                    front.append((x, y))
+                    best = y
+            if len(front) > 1:
+                ax.step([p[0] for p in front], [p[1] for p in front], where="post", color="grey", ls="--",
+                        lw=1, zorder=2, label="front (least error for the cost)" if i == 0 and j == 0 else None)
+            ax.set_yscale("log")
+            label_log_axis(ax)
+            ax.grid(True, which="both", alpha=0.3)
+            ax.set_title(f"{kind} | {solver}", fontsize=9)
+            ax.set_xlabel(xlabel, fontsize=9)
+            if j == 0:
+                ax.set_ylabel("output error (relative)")
+    legend_for(axes[0][0], colours, markers, grouped)
+    fig.suptitle("Output error against cost per selector (mean over workloads; lines join a selector's budgets)",
+                 fontsize=10)
+    fig.tight_layout(rect=(0, 0, 1, 1.0 - 0.25 / fig.get_figheight()))
+    save(fig, out_dir, "error_vs_cost.png")
+
+
+# ----------------------------------------------------------------------------------------------- plots 8, 9
+
+def event_panels(runs, sel_label):
+    """The runs drawn as heads x chunks pictures: for each workload kind its first workload and the first solver
+    and G, one run per sparse selector configuration; returns [(kind, [(title, run)])]."""
+    runs = [r for r in runs if r["events"].get("mask") is not None and not is_dense(r)]
+    out = []
+    for kind in sorted({r["a"].get("workload.kind", "?") for r in runs}):
+        of_kind = [r for r in runs if r["a"].get("workload.kind", "?") == kind]
+        workload = sorted({r["a"].get("workload") for r in of_kind})[0]
+        solver = sorted({solver_label(r) for r in of_kind})[0]
+        group = sorted({int(r["a"].get("run.group", 1)) for r in of_kind})[0]
+        chosen = {}
+        for r in of_kind:
+            if (r["a"].get("workload"), solver_label(r), int(r["a"].get("run.group", 1))) == (workload, solver, group):
+                chosen.setdefault((sel_label(r), budget_text(r)), r)
+        if chosen:
+            out.append((f"{kind} workload {workload}, {solver}, G={group}, batch 0",
+                        [(f"{sel} {budget}".strip(), r) for (sel, budget), r in sorted(chosen.items())]))
+    return out
+
+
+def plot_events(runs, out_dir, sel_label, what):
+    """what = 'mask': the event mask; 'score': the scores (log colour), the kept events outlined."""
+    sections = event_panels(runs, sel_label)
+    if not sections:
+        print(f"plot.py: no event masks (events/ not written): skipping event_{what}.png")
+        return
+    columns = 4
+    n_rows = sum(-(-len(panels) // columns) for _, panels in sections)
+    heads = max(r["events"]["mask"].shape[0] for _, panels in sections for _, r in panels)
+    chunks = max(r["events"]["mask"].shape[1] for _, panels in sections for _, r in panels)
+    panel_w = min(4.5, max(2.4, 0.09 * chunks))
+    panel_h = max(1.0, 0.16 * heads + 0.7)
+    fig, axes = plt.subplots(n_rows, columns, squeeze=False, figsize=(panel_w * columns + 1.2, (panel_h + 0.35) * n_rows + 0.6))
+    row = 0
+    image = None
+    if what == "score":
+        scores = np.concatenate([r["events"]["score"].ravel() for _, p in sections for _, r in p
+                                 if "score" in r["events"]])
+        positive = scores[np.isfinite(scores) & (scores > 0)]
+        # a log scale where the scores span decades, linear otherwise (a log bar over one decade has no labels)
+        wide = positive.size and positive.max() / positive.min() > 100
+        norm = (matplotlib.colors.LogNorm(positive.min(), positive.max()) if wide
+                else matplotlib.colors.Normalize(positive.min(), positive.max()) if positive.size else None)
+    for heading, panels in sections:
+        rows_here = -(-len(panels) // columns)
+        for k in range(rows_here * columns):
+            ax = axes[row + k // columns][k % columns]
+            if k >= len(panels):
+                ax.set_visible(False)
+                continue
+            title, r = panels[k]
+            mask = r["events"]["mask"]
+            if what == "mask":
+                image = ax.imshow(mask, cmap="Greys", vmin=0, vmax=1, aspect="auto", interpolation="nearest")
+            else:
+                score = r["events"].get("score")
+                if score is None:
+                    ax.set_visible(False)
+                    continue
+                image = ax.imshow(np.where(score > 0, score, np.nan), cmap="viridis", norm=norm, aspect="auto",
+                                  interpolation="nearest")
+                kept_h, kept_c = np.nonzero(mask)
+                ax.scatter(kept_c, kept_h, s=9, marker="s", facecolors="none", edgecolors="red", linewidths=0.7)
+            kept = mask.mean()
+            ax.set_title(f"{title} ({100 * kept:.0f}% kept)", fontsize=8)
+            ax.tick_params(labelsize=7)
+            if k % columns == 0:
+                ax.set_ylabel("value head", fontsize=8)
+            if k // columns == rows_here - 1:
+                ax.set_xlabel("chunk", fontsize=8)
+        axes[row][0].annotate(heading, xy=(0, 1), xycoords="axes fraction", xytext=(0, 22),
+                              textcoords="offset points", fontsize=9, fontweight="bold", va="bottom")
+        row += rows_here
+    fig.subplots_adjust(hspace=0.75, wspace=0.25, top=1.0 - 0.9 / fig.get_figheight(),
+                        right=0.9 if what == "score" else 0.97)
+    if what == "mask":
+        fig.suptitle("Event mask: black where the chunk wrote into the head's carried state", fontsize=10)
+    else:
+        cax = fig.add_axes([0.925, 0.2, 0.012, 0.6])  # beside the panels, never over them
+        fig.colorbar(image, cax=cax, label="event score" + (" (log scale)" if wide else ""))
+        fig.suptitle("Event scores, heads x chunks (red squares: the events kept; a selector that ignores "
+                     "scores shows the default score)", fontsize=10)
+    save(fig, out_dir, f"event_{what}.png")
+
+
+# ----------------------------------------------------------------------------------------------- plot 10
+
+def memory_tokens(workload):
+    """Each value head's memory length in tokens, 1 / |g| at the typical decay g = -A softplus(b); a head without
+    decay (A = 0, the needle's retrieval heads) remembers the whole sequence (inf). None when unknown."""
+    a = workload.get("decay_scale_A")
+    b = workload.get("decay_softplus_b")
+    if a is None or b is None:
+        return None
+    if isinstance(a, str):  # schema 1: space-separated text
+        a, b = (np.array([float(x) for x in v.split()]) for v in (a, b))
+    rate = np.atleast_1d(np.asarray(a, dtype=float)) * np.atleast_1d(np.asarray(b, dtype=float))
+    with np.errstate(divide="ignore"):
+        return np.where(rate > 0, 1.0 / rate, np.inf)
+
+
+def plot_error_by_memory(runs, out_dir, sel_label):
+    """Output error per head, split by memory length: short-memory heads (1/|g| under one chunk) forget within a
+    chunk what a dropped event would have written; long-memory heads carry it into the chunks that follow."""
+    rows = []
+    for r in runs:
+        per_head = r["d"].get("output_error_per_head")
+        memory = memory_tokens(r["w"])
+        if per_head is None or memory is None or len(memory) != len(per_head):
+            continue
+        long_memory = memory >= int(r["a"].get("run.chunk", 64))
+        rows.append((r, np.asarray(per_head, dtype=float), long_memory))
+    if not rows:
+        print("plot.py: no output_error_per_head with the heads' decays: skipping error_by_memory.png")
+        return
+    panels = sorted({(r["a"].get("workload.kind", "?"), solver_label(r)) for r, _, _ in rows})
+    configs = sorted({(0 if is_dense(r) else 1, "dense" if is_dense(r) else sel_label(r), budget_text(r))
+                      for r, _, _ in rows})
+    fig, axes = plt.subplots(len(panels), 1, squeeze=False, figsize=(max(7.0, 0.55 * len(configs) + 2.5),
+                                                                      3.2 * len(panels)))
+    for i, (kind, solver) in enumerate(panels):
+        ax = axes[i][0]
+        n_short = n_long = 0
+        for split, colour, offset in (("short", "tab:orange", -0.18), ("long", "tab:blue", 0.18)):
+            means = []
+            for cfg in configs:
+                values = []
+                for r, errors, long_memory in rows:
+                    if (r["a"].get("workload.kind", "?"), solver_label(r)) != (kind, solver):
+                        continue
+                    if (0 if is_dense(r) else 1, "dense" if is_dense(r) else sel_label(r), budget_text(r)) != cfg:
+                        continue
+                    chosen = long_memory if split == "long" else ~long_memory
+                    values.extend(errors[chosen])
+                    if split == "long":
+                        n_long = max(n_long, int(long_memory.sum()))
+                    else:
+                        n_short = max(n_short, int((~long_memory).sum()))
+                means.append(np.mean(values) if values else np.nan)
+            ax.bar(np.arange(len(configs)) + offset, means, width=0.36, color=colour,
+                   label=f"{split}-memory heads" + (" (1/|g| >= C)" if split == "long" else " (1/|g| < C)"))
+        ax.set_yscale("log")
+        label_log_axis(ax)
+        ax.set_xticks(range(len(configs)))
+        ax.set_xticklabels([f"{c[1]}\n{c[2]}".strip() for c in configs], fontsize=7, rotation=45, ha="right",
+                           rotation_mode="anchor")
+        ax.set_ylabel("output error per head\n(mean over heads, runs)", fontsize=8)
+        ax.set_title(f"{kind} | {solver} (up to {n_short} short- and {n_long} long-memory heads per workload)",
+                     fontsize=9)
+        ax.grid(True, axis="y", which="both", alpha=0.3)
+    fig.suptitle("Output error of short- and long-memory heads (memory 1/|g| at the head's typical decay, "
+                 "against the chunk size C)", fontsize=10)
+    fig.tight_layout(rect=(0, 0, 1, 1.0 - 0.2 / fig.get_figheight()))
+    fig.legend(*axes[0][0].get_legend_handles_labels(), loc="upper center", ncol=2, fontsize=8,
+               bbox_to_anchor=(0.5, 0.0))
+    save(fig, out_dir, "error_by_memory.png")
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("files", nargs="+", help="experiment files written by `sgdn run`")
-    parser.add_argument("--out", required=True, help="directory for the PNGs (created if missing)")
+    parser.add_argument("--out", help="directory for the PNGs (created if missing; default: FILE_plots/ next to "
+                                      "the first file)")
     args = parser.parse_args(argv)
+    if args.out is None:
+        args.out = os.path.splitext(args.files[0])[0] + "_plots"
     runs = []
     for path in args.files:
         runs.extend(load_runs(path))
@@ -580,6 +916,10 @@ def main(argv=None):
     os.makedirs(args.out, exist_ok=True)
     sel_label = make_selector_labeller(runs)
     plot_error_vs_rho(runs, args.out, sel_label)
+    plot_error_vs_cost(runs, args.out, sel_label)
+    plot_events(runs, args.out, sel_label, "mask")
+    plot_events(runs, args.out, sel_label, "score")
+    plot_error_by_memory(runs, args.out, sel_label)
     plot_needle_heatmap(runs, args.out, sel_label)
     plot_budgets(runs, args.out, sel_label)
     plot_state_error(runs, args.out, sel_label)

@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
+#include <cstdlib>
 #include <functional>
 #include <iomanip>
 #include <ostream>
@@ -101,7 +103,9 @@ std::string keys_text(const RunRecord& r, const std::vector<std::string>& keys) 
 // Metrics every run of its configuration writes (SPEC §10): a run without one is reported, not hidden.
 std::vector<std::string> expected_metrics(const RunRecord& r) {
   std::vector<std::string> keys = {"retention", "flops_ratio", "state_bytes", "dense_state_bytes"};
-  if (value_or(r.config, "run.reference", "true") == "true") keys.push_back("output_error");
+  // Booleans are 0/1 in schema 2 files, true/false in schema 1 files.
+  if (parse_bool("run.reference", value_or(r.config, "run.reference", "true")))
+    keys.push_back("output_error");
   if (value_or(r.config, "workload.kind", "") == "needle") keys.push_back("needle_accuracy");
   return keys;
 }
@@ -180,11 +184,9 @@ std::vector<RunRecord> unique_runs(const std::vector<RunRecord>& runs, std::ostr
   return unique;
 }
 
-void print_analysis(std::ostream& out, const std::vector<RunRecord>& all_runs, std::ostream& warnings) {
-  if (all_runs.empty()) {
-    out << "no runs\n";
-    return;
-  }
+std::vector<Table> analysis_tables(const std::vector<RunRecord>& all_runs, std::ostream& warnings) {
+  std::vector<Table> tables;
+  if (all_runs.empty()) return tables;
   const std::vector<RunRecord> runs = unique_runs(all_runs, warnings);
   std::map<std::string, std::vector<std::string>> missing;  // metric -> runs without it
   for (const RunRecord& r : runs)
@@ -240,11 +242,11 @@ void print_analysis(std::ostream& out, const std::vector<RunRecord>& all_runs, s
                                                        : "")
                                  : "-"});
   }
-  out << "\nError, retention and cost per configuration (mean over workloads)\n\n";
-  print_table(out,
-              {"solver", "selector", "rho", "G", "runs", "output err", "max err", "kept", "needle acc",
-               "flops/dense", "states/dense"},
-              rows);
+  tables.push_back({"configurations",
+                    "Error, retention and cost per configuration (mean over workloads)",
+                    {"solver", "selector", "rho", "G", "runs", "output err", "max err", "kept", "needle acc",
+                     "flops/dense", "states/dense"},
+                    rows});
 
   // Needle accuracy per configuration and sequence length.
   std::map<std::vector<std::string>, std::map<int64_t, std::pair<double, int>>> needle;
@@ -272,8 +274,7 @@ void print_analysis(std::ostream& out, const std::vector<RunRecord>& all_runs, s
       }
       needle_rows.push_back(row);
     }
-    out << "\nNeedle accuracy by sequence length\n\n";
-    print_table(out, header, needle_rows);
+    tables.push_back({"needle_by_length", "Needle accuracy by sequence length", header, needle_rows});
   }
 
   // Budgets: the share of chunks each head group (or head) kept, mean over the runs of a configuration.
@@ -302,10 +303,103 @@ void print_analysis(std::ostream& out, const std::vector<RunRecord>& all_runs, s
       budget_rows.push_back({key[0], key[1], key[3], key[4], key[2],
                              fixed(100 * lo, 0) + "-" + fixed(100 * hi, 0) + "%", cells});
     }
-    out << "\nEvents kept per head group (% of chunks; one number per group, in head order)\n\n";
-    print_table(out, {"selector", "rho", "G", "solver", "workload", "range", "per group"}, budget_rows);
+    tables.push_back({"budgets",
+                      "Events kept per head group (% of chunks; one number per group, in head order)",
+                      {"selector", "rho", "G", "solver", "workload", "range", "per group"},
+                      budget_rows});
+  }
+  return tables;
+}
+
+TableFormat parse_table_format(const std::string& text) {
+  if (text == "table") return TableFormat::table;
+  if (text == "csv") return TableFormat::csv;
+  if (text == "json") return TableFormat::json;
+  fail("--format '", text, "' is not known; allowed: table, csv, json");
+}
+
+namespace {
+
+std::string csv_cell(const std::string& text) {
+  if (text.find_first_of(",\"\n") == std::string::npos) return text;
+  std::string quoted = "\"";
+  for (char c : text) quoted += c == '"' ? std::string("\"\"") : std::string(1, c);
+  return quoted + "\"";
+}
+
+std::string json_string(const std::string& text) {
+  std::string quoted = "\"";
+  for (char c : text) {
+    if (c == '"' || c == '\\') {
+      quoted += '\\';
+      quoted += c;
+    } else if (static_cast<unsigned char>(c) < 0x20) {
+      char escaped[8];
+      std::snprintf(escaped, sizeof escaped, "\\u%04x", c);
+      quoted += escaped;
+    } else {
+      quoted += c;
+    }
+  }
+  return quoted + "\"";
+}
+
+// A cell that is a plain finite number ("3", "0.29", "1.5e-03") as a JSON number, anything else as a string.
+std::string json_cell(const std::string& text) {
+  char* end = nullptr;
+  const double value = std::strtod(text.c_str(), &end);
+  const bool number = !text.empty() && end == text.c_str() + text.size() && std::isfinite(value) &&
+                      text.find_first_of("xXnN") == std::string::npos;
+  return number ? text : json_string(text);
+}
+
+}  // namespace
+
+void print_tables(std::ostream& out, const std::vector<Table>& tables, TableFormat format) {
+  if (format == TableFormat::json) {
+    out << "{\"tables\": [";
+    for (size_t t = 0; t < tables.size(); ++t) {
+      const Table& table = tables[t];
+      out << (t ? ",\n" : "\n") << "  {\"name\": " << json_string(table.name)
+          << ", \"title\": " << json_string(table.title) << ",\n   \"columns\": [";
+      for (size_t c = 0; c < table.header.size(); ++c) out << (c ? ", " : "") << json_string(table.header[c]);
+      out << "],\n   \"rows\": [";
+      for (size_t r = 0; r < table.rows.size(); ++r) {
+        out << (r ? ",\n     [" : "\n     [");
+        for (size_t c = 0; c < table.rows[r].size(); ++c)
+          out << (c ? ", " : "") << json_cell(table.rows[r][c]);
+        out << "]";
+      }
+      out << "]}";
+    }
+    out << "\n]}\n";
+    return;
+  }
+  if (tables.empty()) {
+    if (format == TableFormat::table) out << "no runs\n";
+    return;
+  }
+  for (size_t t = 0; t < tables.size(); ++t) {
+    const Table& table = tables[t];
+    if (format == TableFormat::table) {
+      out << "\n" << table.title << "\n\n";
+      print_table(out, table.header, table.rows);
+      continue;
+    }
+    out << (t ? "\n" : "") << "# " << table.name << ": " << table.title << "\n";
+    for (size_t c = 0; c < table.header.size(); ++c) out << (c ? "," : "") << csv_cell(table.header[c]);
+    out << "\n";
+    for (const auto& row : table.rows) {
+      for (size_t c = 0; c < row.size(); ++c) out << (c ? "," : "") << csv_cell(row[c]);
+      out << "\n";
+    }
   }
   print_battery_table(out, runs);
+}
+
+void print_analysis(std::ostream& out, const std::vector<RunRecord>& runs, std::ostream& warnings,
+                    TableFormat format) {
+  print_tables(out, analysis_tables(runs, warnings), format);
 }
 
 }  // namespace sgdn

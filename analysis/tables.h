@@ -17,7 +17,7 @@ struct RunRecord {
   std::vector<double> needle_depths, needle_accuracy_by_depth;
 };
 
-// The runs of an experiment file; a file without schema_version 1 is refused.
+// The runs of an experiment file; a file of a schema version this program does not read is refused.
 std::vector<RunRecord> read_runs(const std::string& path);
 
 // A markdown table: header, then rows; columns padded to their widest cell.
@@ -28,8 +28,24 @@ void print_table(std::ostream& out, const std::vector<std::string>& header,
 // `warnings` says.
 std::vector<RunRecord> unique_runs(const std::vector<RunRecord>& runs, std::ostream& warnings);
 
+// One table of `sgdn analyze`: `name` identifies it in csv and json output, `title` heads it as text.
+struct Table {
+  std::string name, title;
+  std::vector<std::string> header;
+  std::vector<std::vector<std::string>> rows;
+};
+
+// How `sgdn analyze` prints its tables: markdown tables (the default), csv (each table after a line
+// "# name: title", tables separated by a blank line) or json ({"tables": [{"name", "title", "columns",
+// "rows"}]}, a cell that is a plain number as a number).
+enum class TableFormat { table, csv, json };
+TableFormat parse_table_format(const std::string& text);
+
 // The tables of `sgdn analyze` for the runs of one or more files (each run id counted once). Runs lacking a
 // metric their configuration writes are named on `warnings`; a cell averaged over only some runs says so.
-void print_analysis(std::ostream& out, const std::vector<RunRecord>& runs, std::ostream& warnings);
+std::vector<Table> analysis_tables(const std::vector<RunRecord>& runs, std::ostream& warnings);
+void print_tables(std::ostream& out, const std::vector<Table>& tables, TableFormat format);
+void print_analysis(std::ostream& out, const std::vector<RunRecord>& runs, std::ostream& warnings,
+                    TableFormat format = TableFormat::table);
 
 }  // namespace sgdn

@@ -4,6 +4,7 @@
 
 #include <fcntl.h>
 #include <hdf5.h>
+#include <hdf5_hl.h>
 #include <sys/stat.h>
 #include <sys/statvfs.h>
 #include <unistd.h>
@@ -569,6 +570,88 @@ DatasetInfo File::dataset_info(const std::string& dataset_path) const {
   return info;
 }
 
+namespace {
+
+std::string parent_of(const std::string& object_path) {
+  const size_t slash = object_path.find_last_of('/');
+  return slash == std::string::npos || slash == 0 ? std::string("/") : object_path.substr(0, slash);
+}
+
+}  // namespace
+
+void File::set_dimensions(const std::string& dataset_path, const std::vector<std::string>& names) {
+  require_writable("name the dimensions of a dataset");
+  const DatasetInfo info = dataset_info(dataset_path);
+  const std::string what = concat("dataset ", quoted(dataset_path), " in ", quoted(path_));
+  require(names.size() == info.dims.size(), "cannot name the dimensions of ", what, ": it has rank ",
+          info.dims.size(), " and ", names.size(), " names were given");
+  Handle dataset =
+      checked(H5Dopen2(file_id_, dataset_path.c_str(), H5P_DEFAULT), H5Dclose, "cannot open ", what);
+  const std::string group = parent_of(dataset_path);
+  for (size_t axis = 0; axis < names.size(); ++axis) {
+    const std::string& name = names[axis];
+    require(!name.empty() && name.find('/') == std::string::npos, "cannot name axis ", axis, " of ", what,
+            ": '", name, "' is not a valid name");
+    const std::string scale_path = (group == "/" ? "" : group) + "/" + name;
+    if (!exists(scale_path)) {
+      Tensor<int32_t> positions({info.dims[axis]});
+      for (int64_t i = 0; i < info.dims[axis]; ++i) positions[i] = int32_t(i);
+      write(scale_path, positions);
+      set_attr(scale_path, "units", "1");
+      set_attr(scale_path, "description", "position along the " + name + " axis");
+    }
+    const DatasetInfo scale_info = dataset_info(scale_path);
+    require(scale_info.dims.size() == 1 && scale_info.dims[0] == info.dims[axis], "cannot attach ",
+            quoted(scale_path), " (dims ", dims_str(scale_info.dims), ") to axis ", axis, " of ", what,
+            " (length ", info.dims[axis], ")");
+    Handle scale = checked(H5Dopen2(file_id_, scale_path.c_str(), H5P_DEFAULT), H5Dclose, "cannot open ",
+                           quoted(scale_path));
+    if (H5DSis_scale(scale.get()) <= 0)
+      check(H5DSset_scale(scale.get(), name.c_str()), "cannot make ", quoted(scale_path),
+            " a dimension scale");
+    check(H5DSattach_scale(dataset.get(), scale.get(), unsigned(axis)), "cannot attach ", quoted(scale_path),
+          " to axis ", axis, " of ", what);
+  }
+}
+
+namespace {
+
+herr_t keep_scale_name(hid_t, unsigned, hid_t scale, void* client_data) {
+  char name[1024] = {0};
+  if (H5Iget_name(scale, name, sizeof(name)) > 0) {
+    const std::string path(name);
+    *static_cast<std::string*>(client_data) = path.substr(path.find_last_of('/') + 1);
+  }
+  return 1;  // the first scale of the axis
+}
+
+}  // namespace
+
+std::vector<std::string> File::dimensions(const std::string& dataset_path) const {
+  const DatasetInfo info = dataset_info(dataset_path);
+  const std::string what = concat("dataset ", quoted(dataset_path), " in ", quoted(path_));
+  Handle dataset =
+      checked(H5Dopen2(file_id_, dataset_path.c_str(), H5P_DEFAULT), H5Dclose, "cannot open ", what);
+  std::vector<std::string> names(info.dims.size());
+  for (size_t axis = 0; axis < names.size(); ++axis) {
+    const int count = H5DSget_num_scales(dataset.get(), unsigned(axis));
+    H5Eclear2(H5E_DEFAULT);
+    if (count > 0)
+      check(H5DSiterate_scales(dataset.get(), unsigned(axis), nullptr, keep_scale_name, &names[axis]),
+            "cannot read the dimension scales of ", what);
+  }
+  return names;
+}
+
+bool File::is_dimension_scale(const std::string& dataset_path) const {
+  if (!is_dataset(dataset_path)) return false;
+  Handle dataset = checked(H5Dopen2(file_id_, dataset_path.c_str(), H5P_DEFAULT), H5Dclose, "cannot open ",
+                           quoted(dataset_path), " in ", quoted(path_));
+  const htri_t scale = H5DSis_scale(dataset.get());
+  H5Eclear2(H5E_DEFAULT);
+  return scale > 0;
+}
+
 template <class T>
 Tensor<T> File::read(const std::string& dataset_path) const {
   require(is_open(), "read: the file is closed");
@@ -635,10 +718,30 @@ void File::set_attr(const std::string& object_path, const std::string& name, con
   if (present < 0) fail_h5("cannot write ", what);
   if (present > 0) check(H5Adelete(object.get(), name.c_str()), "cannot replace ", what);
 
-  Handle space = checked(H5Screate(H5S_SCALAR), H5Sclose, "cannot create a scalar dataspace");
   Handle acpl =
       checked(H5Pcreate(H5P_ATTRIBUTE_CREATE), H5Pclose, "cannot create an attribute property list");
   check(H5Pset_char_encoding(acpl.get(), H5T_CSET_UTF8), "cannot set attribute name encoding");
+  // Arrays: a 1-D dataspace of their length.
+  auto write_array = [&](hid_t file_type, hid_t memory_type, const void* values, size_t count) {
+    const hsize_t extent = count;
+    Handle array_space =
+        checked(H5Screate_simple(1, &extent, nullptr), H5Sclose, "cannot create a dataspace");
+    Handle attr =
+        checked(H5Acreate2(object.get(), name.c_str(), file_type, array_space.get(), acpl.get(), H5P_DEFAULT),
+                H5Aclose, "cannot create ", what);
+    check(H5Awrite(attr.get(), memory_type, values), "cannot write ", what);
+  };
+  if (const auto* numbers = std::get_if<std::vector<double>>(&value)) {
+    require(!numbers->empty(), "cannot write ", what, ": an empty array");
+    write_array(H5T_IEEE_F64LE, H5T_NATIVE_DOUBLE, numbers->data(), numbers->size());
+    return;
+  }
+  if (const auto* integers = std::get_if<std::vector<int64_t>>(&value)) {
+    require(!integers->empty(), "cannot write ", what, ": an empty array");
+    write_array(H5T_STD_I64LE, H5T_NATIVE_INT64, integers->data(), integers->size());
+    return;
+  }
+  Handle space = checked(H5Screate(H5S_SCALAR), H5Sclose, "cannot create a scalar dataspace");
 
   if (const auto* text = std::get_if<std::string>(&value)) {
     // Variable-length UTF-8: h5py reads it back as str (fixed-length strings come back as bytes).
@@ -761,6 +864,44 @@ void File::copy_from(const File& source, const std::string& source_path, const s
   check(H5Ocopy(source.file_id_, source_path.c_str(), file_id_, dest_path.c_str(), H5P_DEFAULT, lcpl.get()),
         "cannot copy ", quoted(source_path), " of ", quoted(source.path()), " to ", quoted(dest_path), " of ",
         quoted(path_));
+  reattach_dimension_scales(source, source_path, dest_path);
+}
+
+void File::reattach_dimension_scales(const File& source, const std::string& source_path,
+                                     const std::string& dest_path) {
+  if (is_group(dest_path)) {
+    for (const std::string& child : children(dest_path))
+      reattach_dimension_scales(source, source_path + "/" + child, dest_path + "/" + child);
+    return;
+  }
+  if (!is_dataset(dest_path)) return;
+  Handle dataset = checked(H5Dopen2(file_id_, dest_path.c_str(), H5P_DEFAULT), H5Dclose, "cannot open ",
+                           quoted(dest_path));
+  // The copied lists of references hold the source file's addresses: drop them (attaching writes new ones).
+  for (const char* list : {"DIMENSION_LIST", "REFERENCE_LIST"}) {
+    if (H5Aexists(dataset.get(), list) > 0)
+      check(H5Adelete(dataset.get(), list), "cannot update the dimension scales of ", quoted(dest_path));
+    H5Eclear2(H5E_DEFAULT);
+  }
+  if (H5DSis_scale(dataset.get()) > 0) return;  // attached to by the datasets that use it
+  H5Eclear2(H5E_DEFAULT);
+  dataset.reset();
+  const std::vector<std::string> names = source.dimensions(source_path);
+  if (names.empty() || std::find(names.begin(), names.end(), std::string()) != names.end()) return;
+  const std::string group = parent_of(dest_path), source_group = parent_of(source_path);
+  for (size_t axis = 0; axis < names.size(); ++axis) {
+    if (names[axis].empty()) continue;
+    const std::string scale_path = (group == "/" ? "" : group) + "/" + names[axis];
+    if (!exists(scale_path)) {
+      Handle lcpl = make_parents_lcpl();
+      const std::string source_scale = (source_group == "/" ? "" : source_group) + "/" + names[axis];
+      check(H5Ocopy(source.file_id_, source_scale.c_str(), file_id_, scale_path.c_str(), H5P_DEFAULT,
+                    lcpl.get()),
+            "cannot copy the dimension scale ", quoted(source_scale), " of ", quoted(source.path()));
+      reattach_dimension_scales(source, source_scale, scale_path);
+    }
+  }
+  set_dimensions(dest_path, names);
 }
 
 // -----------------------------------------------------------------------------------------------------------
@@ -956,15 +1097,35 @@ std::string format_lossless(float value) {
 }
 
 AttrValue attr_value_from_text(const std::string& text) {
-  try {
-    return AttrValue(parse_int("", text));
-  } catch (const Error&) {
+  if (text == "true" || text == "false") return AttrValue(int64_t(text == "true" ? 1 : 0));
+  std::vector<std::string> words;
+  for (size_t start = text.find_first_not_of(' '); start != std::string::npos;) {
+    const size_t end = text.find(' ', start);
+    words.push_back(text.substr(start, end == std::string::npos ? std::string::npos : end - start));
+    start = end == std::string::npos ? end : text.find_first_not_of(' ', end);
   }
-  try {
-    return AttrValue(parse_double("", text));
-  } catch (const Error&) {
+  std::vector<int64_t> integers;
+  std::vector<double> numbers;
+  bool all_integers = true;
+  for (const std::string& word : words) {
+    try {
+      integers.push_back(parse_int("", word));
+      numbers.push_back(double(integers.back()));
+      continue;
+    } catch (const Error&) {
+    }
+    try {
+      numbers.push_back(parse_double("", word));
+      all_integers = false;
+    } catch (const Error&) {
+      return AttrValue(text);
+    }
   }
-  return AttrValue(text);
+  if (words.empty()) return AttrValue(text);
+  if (words.size() == 1 && words[0] == text)
+    return all_integers ? AttrValue(integers[0]) : AttrValue(numbers[0]);
+  if (words.size() == 1) return AttrValue(text);  // padded text stays as it is
+  return all_integers ? AttrValue(integers) : AttrValue(numbers);
 }
 
 }  // namespace sgdn::h5

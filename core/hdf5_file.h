@@ -30,8 +30,8 @@ struct DatasetInfo {
   size_t element_bytes = 0;
 };
 
-// A scalar attribute value as written: text, a float64 or an int64.
-using AttrValue = std::variant<std::string, double, int64_t>;
+// An attribute value as written: text, a float64 or an int64 (scalars), or a 1-D array of float64 or int64.
+using AttrValue = std::variant<std::string, double, int64_t, std::vector<double>, std::vector<int64_t>>;
 
 // Datasets of at least this many bytes are stored chunked with shuffle + gzip; smaller ones contiguously.
 inline constexpr size_t kCompressMinBytes = 16 * 1024;
@@ -83,6 +83,15 @@ class File {
   Tensor<T> read(const std::string& dataset_path, size_t expected_rank) const;
   DatasetInfo dataset_info(const std::string& dataset_path) const;
 
+  // --- dimension names: HDF5 dimension scales (the H5DS convention that xarray, netCDF and HDFView read).
+  // Attaches axis i of the dataset to the 1-D dataset `names[i]` of the dataset's group: an existing scale of
+  // that name (its length must match the axis), or a new one holding the positions 0, 1, ..., n-1 (int32).
+  void set_dimensions(const std::string& dataset_path, const std::vector<std::string>& names);
+  // The names of the dimension scales attached to each axis ("" for an axis without one).
+  std::vector<std::string> dimensions(const std::string& dataset_path) const;
+  // True for a dataset that is a dimension scale (a coordinate, not data).
+  bool is_dimension_scale(const std::string& dataset_path) const;
+
   // --- attributes of a group or dataset ("/" is the root group). Setting replaces an existing attribute.
   void set_attr(const std::string& object_path, const std::string& name, const AttrValue& value);
   void set_attr(const std::string& object_path, const std::string& name, const std::string& value) {
@@ -117,12 +126,16 @@ class File {
 
   // --- copying. Copies the object (a group recursively, with attributes) at `source_path` of `source` to
   // `dest_path` in this file, creating missing parents; an existing object at `dest_path` is an error.
+  // Dimension scales are attached again in the copy (HDF5's copy keeps their references pointing into the
+  // source file); a scale that the copy lacks is copied from the source's group first.
   void copy_from(const File& source, const std::string& source_path, const std::string& dest_path);
 
  private:
   File(int64_t file_id, std::string path, bool writable)
       : file_id_(file_id), path_(std::move(path)), writable_(writable) {}
   void require_writable(const char* action) const;
+  void reattach_dimension_scales(const File& source, const std::string& source_path,
+                                 const std::string& dest_path);
 
   int64_t file_id_ = -1;  // an hid_t; -1 when closed
   std::string path_;
@@ -170,8 +183,9 @@ std::vector<std::string> remove_abandoned_temporaries(const std::string& directo
 // AtomicFile in one call: `fill` writes the content; `path` appears only if it returns normally.
 void write_atomically(const std::string& path, const std::function<void(File&)>& fill);
 
-// An attribute value from config text: a whole number as int64, another number as float64, anything else
-// as a string, so h5py and HDFView show numbers as numbers.
+// An attribute value from config text, so that h5py, xarray and HDFView see numbers as numbers: a whole
+// number as int64, another number as float64, true/false as 1/0 (int64), a space-separated list of numbers
+// as a 1-D array (int64 when every entry is whole), anything else as a string.
 AttrValue attr_value_from_text(const std::string& text);
 
 // The shortest decimal text that parses back to exactly `value` (used for attributes read as text).

@@ -5,6 +5,7 @@
 
 #include "core/error.h"
 #include "core/params.h"
+#include "data/file_schema.h"
 
 #ifndef SGDN_VERSION
 #define SGDN_VERSION "unknown"
@@ -72,8 +73,9 @@ void write_schema_attributes(h5::File& file) {
 void check_schema_version(const h5::File& file) {
   if (!file.has_attr("/", "schema_version")) return;
   const int64_t version = file.attr_int("/", "schema_version");
-  require(version == kSchemaVersion, "'", file.path(), "' has schema_version ", version,
-          "; this program reads schema version ", kSchemaVersion);
+  require(version >= kOldestReadableSchemaVersion && version <= kSchemaVersion, "'", file.path(),
+          "' has schema_version ", version, "; this program reads schema versions ",
+          kOldestReadableSchemaVersion, " to ", kSchemaVersion);
 }
 
 void require_experiment_schema(const h5::File& file) {
@@ -82,6 +84,14 @@ void require_experiment_schema(const h5::File& file) {
           "version ",
           kSchemaVersion, ")");
   check_schema_version(file);
+}
+
+void require_writable_experiment_schema(const h5::File& file) {
+  require_experiment_schema(file);
+  const int64_t version = file.attr_int("/", "schema_version");
+  require(version == kSchemaVersion, "'", file.path(), "' has schema_version ", version,
+          ": this program adds runs only to files of schema version ", kSchemaVersion,
+          "; write to a new file (sgdn analyze and plot.py still read it)");
 }
 
 std::vector<std::string> list_workloads(const h5::File& file) {
@@ -185,12 +195,14 @@ void write_workload_inputs(h5::File& file, const std::string& workload_id, const
           "' exists");
   // Written to the group in one go; a failure part-way leaves a partial group, which AtomicFile discards.
   file.create_group(group);
-  file.write(group + "/q", inputs.q.cast<float>());
-  file.write(group + "/k", inputs.k.cast<float>());
-  file.write(group + "/v", inputs.v.cast<float>());
-  file.write(group + "/g", inputs.g.cast<float>());
-  file.write(group + "/beta", inputs.beta.cast<float>());
-  if (inputs.has_initial_state()) file.write(group + "/initial_state", inputs.initial_state.cast<float>());
+  const std::string root = concat(kWorkloadsGroup, "/", workload_id);
+  write_described(file, root, "inputs/q", inputs.q.cast<float>());
+  write_described(file, root, "inputs/k", inputs.k.cast<float>());
+  write_described(file, root, "inputs/v", inputs.v.cast<float>());
+  write_described(file, root, "inputs/g", inputs.g.cast<float>());
+  write_described(file, root, "inputs/beta", inputs.beta.cast<float>());
+  if (inputs.has_initial_state())
+    write_described(file, root, "inputs/initial_state", inputs.initial_state.cast<float>());
   file.set_attrs(group, attributes);
   if (inputs.scale > 0) file.set_attr(group, "scale", inputs.scale);
   if (inputs.allow_negative_eigenvalues) file.set_attr(group, "allow_negative_eigenvalues", int64_t{1});
@@ -200,7 +212,7 @@ void write_exact_outputs(h5::File& file, const std::string& workload_id, const T
   require_valid_id(workload_id);
   require(outputs.dims().size() == 4, "exact outputs of workload '", workload_id,
           "' must be [B, T, HV, V], got ", dims_str(outputs.dims()));
-  file.write(exact_outputs_path(workload_id), outputs.cast<float>());
+  write_described(file, concat(kWorkloadsGroup, "/", workload_id), "exact/o", outputs.cast<float>());
 }
 
 bool has_exact_outputs(const h5::File& file, const std::string& workload_id) {

@@ -1,4 +1,4 @@
-// The `file` workload (SPEC §9): inputs read from an HDF5 file in schema version 1 (SPEC §10), and the
+// The `file` workload (SPEC §9): inputs read from an HDF5 file in the schema of SPEC §10, and the
 // writer that produces such files.
 //
 //   /workloads/<wid>/inputs/q, k       [B, T, H, K]   float32 (float64 is read too)
@@ -19,7 +19,10 @@
 
 namespace sgdn {
 
-inline constexpr int64_t kSchemaVersion = 1;
+// Version 2 added dimension scales, `units` / `description` on every dataset, and numbers, lists of
+// numbers and booleans (0/1) stored as numbers; version 1 files are still read (not written into).
+inline constexpr int64_t kSchemaVersion = 2;
+inline constexpr int64_t kOldestReadableSchemaVersion = 1;
 
 struct FileWorkload {
   std::string id;                                 // <wid>
@@ -29,10 +32,14 @@ struct FileWorkload {
 
 // Root attributes of a new file: schema_version, sgdn_version (the program version), created (UTC, ISO 8601).
 void write_schema_attributes(h5::File& file);
-// Refuses a file whose root `schema_version` is present and not 1 (files written by other tools may omit it).
+// Refuses a file whose root `schema_version` is present and not one this program reads (files written by
+// other tools may omit it).
 void check_schema_version(const h5::File& file);
-// Refuses an experiment file (written by sgdn run) whose `schema_version` is missing or not 1.
+// Refuses an experiment file (written by sgdn run) whose `schema_version` is missing or not one this program
+// reads.
 void require_experiment_schema(const h5::File& file);
+// Refuses to add runs to an experiment file of another schema version than the one this program writes.
+void require_writable_experiment_schema(const h5::File& file);
 
 // The workload ids under /workloads, sorted; an error if the file has no /workloads group.
 std::vector<std::string> list_workloads(const h5::File& file);

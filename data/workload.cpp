@@ -1,6 +1,7 @@
 #include "data/workload.h"
 
 #include "core/error.h"
+#include "data/file_schema.h"
 #include "data/file_workload.h"
 #include "data/random_workload.h"
 
@@ -58,20 +59,20 @@ Workload make_workload(const Params& p) {
 void write_workload(h5::File& file, const std::string& wid, const Workload& w, const Tensor<double>& exact_o,
                     bool with_inputs) {
   const std::string root = "/workloads/" + wid;
-  if (with_inputs) {
-    std::map<std::string, h5::AttrValue> attrs;
-    for (const auto& [key, value] : w.attributes) attrs[key] = h5::attr_value_from_text(value);
-    write_workload_inputs(file, wid, w.inputs, attrs);
-  } else {
-    file.create_group(root);
-  }
+  std::map<std::string, h5::AttrValue> attrs;
+  for (const auto& [key, value] : w.attributes) attrs[key] = h5::attr_value_from_text(value);
+  if (with_inputs) write_workload_inputs(file, wid, w.inputs, attrs);
+  // The generator's parameters (the decay of each head, ...) stay with the workload when its inputs are not
+  // written (dump.inputs = false, dump.level = analysis, metrics-only copies): the analysis reads them there.
+  file.create_group(root);
+  file.set_attrs(root, attrs);
   file.set_attr(root, "kind", w.kind);
   file.set_attr(root, "shape", w.inputs.shape.str());
   if (!exact_o.empty()) write_exact_outputs(file, wid, exact_o);  // absent with run.reference = false
   if (w.needle) {
     const NeedleTruth::Arrays arrays = w.needle->to_tensors();
-    for (const auto& [name, t] : arrays.ints) file.write(root + "/needle/" + name, t);
-    for (const auto& [name, t] : arrays.floats) file.write(root + "/needle/" + name, t);
+    for (const auto& [name, t] : arrays.ints) write_described(file, root, "needle/" + name, t);
+    for (const auto& [name, t] : arrays.floats) write_described(file, root, "needle/" + name, t);
   }
 }
 
@@ -81,6 +82,7 @@ std::optional<NeedleTruth> read_needle_truth(const h5::File& file, const std::st
   NeedleTruth::Arrays arrays;
   for (const std::string& name : file.children(group)) {
     const std::string path = group + "/" + name;
+    if (file.is_dimension_scale(path)) continue;  // an axis (query, needle, ...), not a truth array
     if (file.dataset_info(path).element_class == h5::ElementClass::integer) {
       arrays.ints[name] = file.read<int32_t>(path);
     } else {

@@ -93,9 +93,13 @@ std::string canonical_value(const std::string& text) {
 // without them computed): left out of the run and workload identities there, so that earlier result files
 // still resume.
 bool later_key_at_default(const std::string& key, const std::string& canonical) {
-  static const std::set<std::string> later_keys = {"selector.max_fraction",   "workload.positions",
-                                                   "workload.key_overlap",    "workload.strong_writes",
-                                                   "workload.decay_spectrum", "workload.value_norm"};
+  static const std::set<std::string> later_keys = {"selector.max_fraction",
+                                                   "workload.positions",
+                                                   "workload.key_overlap",
+                                                   "workload.strong_writes",
+                                                   "workload.decay_spectrum",
+                                                   "workload.value_norm",
+                                                   "dump.level"};
   return later_keys.count(key) && canonical == canonical_value(config_keys().at(key).default_value);
 }
 
@@ -145,6 +149,10 @@ const std::map<std::string, KeySpec>& config_keys() {
     k["dump.inputs"] = {"true", "write the workload inputs and exact outputs", {}};
     k["dump.outputs"] = {"true", "write each run's outputs", {}};
     k["dump.states"] = {"false", "write each run's state snapshots", {}};
+    k["dump.level"] = {"full",
+                       "full: what the dump.* keys ask for; analysis: only events and metrics (no inputs, "
+                       "exact outputs, outputs or states), for big sweeps",
+                       {"full", "analysis"}};
     return k;
   }();
   return keys;
@@ -181,6 +189,10 @@ double RunSpec::get_double(const std::string& key) const {
 }
 bool RunSpec::get_bool(const std::string& key) const {
   return parse_bool(key, get(key));
+}
+
+bool RunSpec::dumps(const std::string& item) const {
+  return get("dump.level") != "analysis" && get_bool("dump." + item);
 }
 
 Params RunSpec::section(const std::string& name) const {
@@ -350,6 +362,7 @@ RunSpec resolve_run(const Settings& settings) {
   take_bool("dump.inputs");
   take_bool("dump.outputs");
   take_bool("dump.states");
+  take("dump.level");
 
   make_run_strategies(run);  // parameter ranges, block vs chunk
   // Canonical text, so that `0.1` and `0.10`, or `yes` and `true`, are one run.
@@ -383,7 +396,7 @@ EngineConfig RunStrategies::engine_config(const RunSpec& run) const {
   c.score = score.get();
   c.selector = selector.get();
   c.granularity = parse_granularity(run.get("selector.granularity"));
-  c.keep_snapshots = run.get_bool("dump.states");
+  c.keep_snapshots = run.dumps("states");
   return c;
 }
 

@@ -38,6 +38,9 @@ struct RunSpec {
   bool get_bool(const std::string& key) const;
   Params section(const std::string& name) const;  // the keys of one section, without the prefix
   std::string label() const;                      // short human description for progress and tables
+  // Whether the run writes `item` ("inputs", "outputs", "states"): its dump.<item> key, unless dump.level =
+  // analysis, which keeps only what `sgdn analyze` and analysis/plot.py read (events and metrics).
+  bool dumps(const std::string& item) const;
 };
 
 struct Experiment {

@@ -25,7 +25,7 @@ const char* kUsage =
     "  sgdn run CONFIG.ini [--set section.key=value ...] [--out FILE.h5] [--backend cpu|cuda] [--shard i/n]\n"
     "                      [--lock-wait SECONDS] [--reuse-runs]\n"
     "  sgdn list CONFIG.ini [--set section.key=value ...] [--out FILE.h5]\n"
-    "  sgdn analyze FILE.h5 [FILE.h5 ...]\n"
+    "  sgdn analyze FILE.h5 [FILE.h5 ...] [--format table|csv|json]\n"
     "  sgdn keys                      every config key with its default\n"
     "  sgdn --version | --help        sgdn COMMAND --help: that command's options\n"
     "exit status: 0 success, 1 error, 2 usage error\n";
@@ -128,19 +128,40 @@ int command_run_or_list(const std::string& command, const std::vector<std::strin
 
 int command_analyze(const std::vector<std::string>& args) {
   if (wants_help(args)) {
-    std::cout << "usage: sgdn analyze FILE.h5 [FILE.h5 ...]\n\n"
-                 "The tables of the runs in the files (a run met in several files counts once).\n";
+    std::cout << "usage: sgdn analyze FILE.h5 [FILE.h5 ...] [--format table|csv|json]\n\n"
+                 "The tables of the runs in the files (a run met in several files counts once), as\n"
+                 "markdown tables (the default), csv or json.\n";
     return 0;
   }
-  if (args.empty()) throw UsageError("sgdn analyze: no file given");
-  for (const std::string& a : args)
-    if (a.size() > 1 && a[0] == '-') throw UsageError("sgdn analyze: unknown option '" + a + "'");
+  TableFormat format = TableFormat::table;
+  std::vector<std::string> paths;
+  for (size_t i = 0; i < args.size(); ++i) {
+    const std::string& a = args[i];
+    std::string value;
+    if (a == "--format") {
+      if (i + 1 == args.size()) throw UsageError("sgdn analyze: --format needs a value (table, csv, json)");
+      value = args[++i];
+    } else if (a.compare(0, 9, "--format=") == 0) {
+      value = a.substr(9);
+    } else if (a.size() > 1 && a[0] == '-') {
+      throw UsageError("sgdn analyze: unknown option '" + a + "'");
+    } else {
+      paths.push_back(a);
+      continue;
+    }
+    try {
+      format = parse_table_format(value);
+    } catch (const Error& error) {
+      throw UsageError(std::string("sgdn analyze: ") + error.what());
+    }
+  }
+  if (paths.empty()) throw UsageError("sgdn analyze: no file given");
   std::vector<RunRecord> runs;
-  for (const std::string& path : args) {
+  for (const std::string& path : paths) {
     std::vector<RunRecord> more = read_runs(path);
     runs.insert(runs.end(), more.begin(), more.end());
   }
-  print_analysis(std::cout, runs, std::cerr);
+  print_analysis(std::cout, runs, std::cerr, format);
   return 0;
 }
 

@@ -20,6 +20,7 @@
 #include "core/build_info.h"
 #include "core/error.h"
 #include "core/hdf5_file.h"
+#include "data/file_schema.h"
 #include "data/file_workload.h"
 #include "data/workload.h"
 #ifdef SGDN_WITH_CUDA
@@ -212,7 +213,9 @@ PreparedWorkload& prepare_workload(const RunSpec& run, const RunnerOptions& opti
   if (!part_exists)
     write_part(out, parts, part, options, progress, [&](h5::File& f) {
       write_schema_attributes(f);
-      write_workload(f, w->wid, w->workload, w->exact_o, run.get_bool("dump.inputs"));
+      // dump.level = analysis keeps no exact outputs either (a grown sweep computes them again).
+      const bool exact = run.get("dump.level") != "analysis";
+      write_workload(f, w->wid, w->workload, exact ? w->exact_o : Tensor<double>(), run.dumps("inputs"));
     });
   cache = std::move(w);
   return *cache;
@@ -310,7 +313,7 @@ void execute_run(const RunSpec& run, PreparedWorkload& pw, const RunnerOptions& 
     options.tensor_cores = options.input_precision == CudaPrecision::bfloat16;
     options.timing_repeats = int(run.get_int("run.timing_repeats"));
     // Only the rows the metrics read come back when o is neither compared nor dumped (needle sweeps).
-    if (!reference && !run.get_bool("dump.outputs") && pw.workload.needle)
+    if (!reference && !run.dumps("outputs") && pw.workload.needle)
       options.output_tokens = needle_query_tokens(*pw.workload.needle, inputs.shape);
     if (normalized) {
       res = run_cuda(inputs.cast<float>(), config, options);
@@ -353,16 +356,16 @@ void execute_run(const RunSpec& run, PreparedWorkload& pw, const RunnerOptions& 
     write_build_attributes(f, root, backend);
     for (const auto& [axis, name] : run.variants)
       f.set_attr(root, axis.empty() ? "variant" : "variant." + axis, name);
-    if (run.get_bool("dump.outputs")) {
-      f.write(root + "/outputs/o", res.o);
+    if (run.dumps("outputs")) {
+      write_described(f, root, "outputs/o", res.o);
       written.insert(written.begin(), "outputs/o");
     }
-    f.write(root + "/events/mask", res.event_mask);
-    f.write(root + "/events/score", res.event_score);
-    f.write(root + "/events/budget", res.budget);
-    if (run.get_bool("dump.states") && !res.snapshots.empty()) {
-      f.write(root + "/states/snapshots", res.snapshots);
-      f.write(root + "/states/snapshot_index", res.snapshot_index);
+    write_described(f, root, "events/mask", res.event_mask);
+    write_described(f, root, "events/score", res.event_score);
+    write_described(f, root, "events/budget", res.budget);
+    if (run.dumps("states") && !res.snapshots.empty()) {
+      write_described(f, root, "states/snapshots", res.snapshots);
+      write_described(f, root, "states/snapshot_index", res.snapshot_index);
       written.push_back("states/snapshots");
       written.push_back("states/snapshot_index");
     }
@@ -373,14 +376,14 @@ void execute_run(const RunSpec& run, PreparedWorkload& pw, const RunnerOptions& 
       return t;
     };
     if (err) {
-      f.write(m + "/output_error_per_head", vec(err->per_head));
-      f.write(m + "/output_error_per_bucket", vec(err->per_bucket));
+      write_described(f, root, "metrics/output_error_per_head", vec(err->per_head));
+      write_described(f, root, "metrics/output_error_per_bucket", vec(err->per_bucket));
       Tensor<int64_t> starts({int64_t(err->bucket_start.size())});
       std::copy(err->bucket_start.begin(), err->bucket_start.end(), starts.data());
-      f.write(m + "/bucket_start", starts);
+      write_described(f, root, "metrics/bucket_start", starts);
       f.set_attr(m, "output_error", err->overall);
     }
-    f.write(m + "/retention_per_unit", vec(ret.per_unit));
+    write_described(f, root, "metrics/retention_per_unit", vec(ret.per_unit));
     f.set_attr(m, "retention", ret.overall);
     f.set_attr(m, "flops_ratio", cost.flops_ratio);
     f.set_attr(m, "sequential_ratio", cost.sequential_ratio);
@@ -388,9 +391,9 @@ void execute_run(const RunSpec& run, PreparedWorkload& pw, const RunnerOptions& 
     f.set_attr(m, "dense_state_bytes", cost.dense_state_bytes);
     f.set_attr(m, "seconds", res.seconds);
     if (!res.state_error.empty()) {
-      f.write(m + "/state_error", res.state_error.cast<float>());
+      write_described(f, root, "metrics/state_error", res.state_error.cast<float>());
       const std::vector<double> by_chunk = state_error_by_chunk(res.state_error);
-      f.write(m + "/state_error_per_chunk", vec(by_chunk));
+      write_described(f, root, "metrics/state_error_per_chunk", vec(by_chunk));
       f.set_attr(m, "final_state_error", by_chunk.back());
     }
     if (pw.workload.needle) {
@@ -412,10 +415,10 @@ void execute_run(const RunSpec& run, PreparedWorkload& pw, const RunnerOptions& 
       const NeedleAccuracy acc = needle_accuracy(truth, correct);
       Tensor<int32_t> correct_t({int64_t(correct.size())});
       std::copy(correct.begin(), correct.end(), correct_t.data());
-      f.write(m + "/needle_correct", correct_t);
-      f.write(m + "/needle_answer_cosine", cosine);
-      f.write(m + "/needle_depths", vec(acc.depths));
-      f.write(m + "/needle_accuracy_by_depth", vec(acc.accuracy));
+      write_described(f, root, "metrics/needle_correct", correct_t);
+      write_described(f, root, "metrics/needle_answer_cosine", cosine);
+      write_described(f, root, "metrics/needle_depths", vec(acc.depths));
+      write_described(f, root, "metrics/needle_accuracy_by_depth", vec(acc.accuracy));
       f.set_attr(m, "needle_accuracy", acc.overall);
     }
     f.set_attr(root, "written", join(written, ","));
@@ -523,7 +526,7 @@ void check_output_file(const std::string& out) {
   std::error_code ignored;
   if (!fs::exists(out, ignored)) return;
   const h5::File file = h5::File::open(out);
-  require_experiment_schema(file);
+  require_writable_experiment_schema(file);
 }
 
 // What a run holds in memory at once, roughly: the inputs (float64, and a float32 copy), the exact outputs
@@ -541,7 +544,7 @@ double estimated_run_bytes(const RunSpec& run) {
   const double state = B * HV * K * V * 4;
   const double states =
       state * chunks *
-      ((reference && run.get_bool("run.state_error") ? 1 : 0) + (run.get_bool("dump.states") ? 1 : 0));
+      ((reference && run.get_bool("run.state_error") ? 1 : 0) + (run.dumps("states") ? 1 : 0));
   return inputs + outputs + states;
 }
 

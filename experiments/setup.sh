@@ -6,7 +6,8 @@ cd "$(dirname "$0")/.."
 preset="${1:-default}"
 
 packages=(build-essential cmake ninja-build libeigen3-dev libboost-program-options-dev libhdf5-dev catch2
-          python3 python3-h5py python3-numpy python3-matplotlib clang-format git)
+          python3 python3-h5py python3-numpy python3-matplotlib python3-xarray python3-h5netcdf python3-pandas
+          clang-format git)
 missing=()
 for p in "${packages[@]}"; do dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p"); done
 if [ ${#missing[@]} -gt 0 ]; then

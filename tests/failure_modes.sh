@@ -95,23 +95,34 @@ merge_lock_held)
 schema_version)
   run make run "$tiny" --out x.h5
   expect_rc 0 "the sweep"
-  cp x.h5 v2.h5 && cp x.h5 v0.h5
-  h5 v2.h5 v0.h5 << 'EOF' || die "h5py"
+  cp x.h5 v9.h5 && cp x.h5 v0.h5
+  h5 v9.h5 v0.h5 << 'EOF' || die "h5py"
 import h5py, sys
-with h5py.File(sys.argv[1], "a") as f: f.attrs["schema_version"] = 2
+with h5py.File(sys.argv[1], "a") as f: f.attrs["schema_version"] = 9
 with h5py.File(sys.argv[2], "a") as f: del f.attrs["schema_version"]
 EOF
-  run v2 analyze v2.h5
-  expect_rc 1 "analyze of a schema-2 file"
-  expect_text v2 "schema_version 2"
+  run v9 analyze v9.h5
+  expect_rc 1 "analyze of a schema-9 file"
+  expect_text v9 "schema_version 9"
+  # A file of the previous version is read, and not written into.
+  cp x.h5 v1.h5
+  h5 v1.h5 << 'EOF' || die "h5py"
+import h5py, sys
+with h5py.File(sys.argv[1], "a") as f: f.attrs["schema_version"] = 1
+EOF
+  run v1 analyze v1.h5
+  expect_rc 0 "analyze of a schema-1 file"
+  run into_v1 run "$tiny" --set selector.name=topk --out v1.h5
+  expect_rc 1 "a run into a schema-1 file"
+  expect_text into_v1 "schema_version 1"
   run v0 analyze v0.h5
   expect_rc 1 "analyze of an unmarked file"
   expect_text v0 "no schema_version"
-  sum=$(md5sum < v2.h5)
-  run into_v2 run "$tiny" --set selector.name=topk --out v2.h5
-  expect_rc 1 "a run into a schema-2 file"
-  expect_text into_v2 "schema_version 2"
-  [ "$(md5sum < v2.h5)" = "$sum" ] || die "the run changed v2.h5"
+  sum=$(md5sum < v9.h5)
+  run into_v9 run "$tiny" --set selector.name=topk --out v9.h5
+  expect_rc 1 "a run into a schema-9 file"
+  expect_text into_v9 "schema_version 9"
+  [ "$(md5sum < v9.h5)" = "$sum" ] || die "the run changed v9.h5"
   ;;
 analyze_counts_each_run_once)
   run make run "$tiny" --out x.h5

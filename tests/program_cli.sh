@@ -63,6 +63,49 @@ for rid, r in f["runs"].items():
     assert "build_gpu" not in a  # a cpu run
 EOF
   ;;
+analyze_formats)
+  call make run "$tiny" --out x.h5
+  [ "$rc" = 0 ] || die "the sweep failed"
+  call table analyze x.h5
+  call table_named analyze x.h5 --format table
+  cmp -s table.out.txt table_named.out.txt || die "--format table differs from the default"
+  call csv analyze --format=csv x.h5
+  expect csv 0 out "^# configurations: Error, retention"
+  expect csv 0 out "^solver,selector,rho,G,runs,output err,"
+  call json analyze x.h5 --format json
+  "$py" - json.out.txt > parsed.txt 2>&1 << 'EOF' || die "json"
+import json, sys
+tables = json.load(open(sys.argv[1]))["tables"]
+configurations = next(t for t in tables if t["name"] == "configurations")
+runs = configurations["columns"].index("runs")
+assert len(configurations["rows"]) == 2, configurations["rows"]
+assert all(row[runs] == 1 for row in configurations["rows"]), configurations["rows"]
+EOF
+  call bad analyze x.h5 --format xml
+  expect bad 2 err "--format 'xml' is not known; allowed: table, csv, json"
+  call missing analyze x.h5 --format
+  expect missing 2 err "--format needs a value"
+  ;;
+analysis_dump_level)
+  # dump.level = analysis: events, metrics and the workload's attributes only; analyze and plot.py read it.
+  call lean run "$tiny" --set dump.level=analysis --set dump.states=true --out lean.h5
+  [ "$rc" = 0 ] || die "the sweep failed"
+  "$py" - lean.h5 > lean.txt 2>&1 << 'EOF' || die "what the lean file holds"
+import h5py, sys
+f = h5py.File(sys.argv[1], "r")
+for wid, w in f["workloads"].items():
+    assert "inputs" not in w and "exact" not in w, list(w)
+    assert len(w.attrs["decay_scale_A"]) == 4, w.attrs["decay_scale_A"]
+for rid, r in f["runs"].items():
+    assert sorted(r) == ["events", "metrics"], sorted(r)
+    assert r.attrs["written"] == "events/mask,events/score,events/budget,metrics", r.attrs["written"]
+    assert "output_error" in r["metrics"].attrs
+EOF
+  call analyzed analyze lean.h5
+  expect analyzed 0 out "head_budget"
+  "$py" "$src/analysis/plot.py" lean.h5 > plot.txt 2>&1 || die "plot.py"
+  [ -s lean_plots/event_mask.png ] && [ -s lean_plots/error_by_memory.png ] || die "plot.py wrote no figures to lean_plots/"
+  ;;
 other_build_runs_again)
   call make run "$tiny" --out x.h5
   # As if another build had made one run.

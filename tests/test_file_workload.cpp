@@ -159,8 +159,9 @@ TEST_CASE("file workload: wrong files and wrong datasets give errors that say wh
   }
   SECTION("another schema version") {
     const std::string path = write_valid_file(dir, inputs);
-    h5::File::open(path, h5::Mode::read_write).set_attr("/", "schema_version", 2);
-    CHECK_THROWS_WITH(load_file_workload(path, "w0"), Catch::Contains("schema_version 2"));
+    h5::File::open(path, h5::Mode::read_write).set_attr("/", "schema_version", kSchemaVersion + 1);
+    CHECK_THROWS_WITH(load_file_workload(path, "w0"),
+                      Catch::Contains("schema_version " + std::to_string(kSchemaVersion + 1)));
   }
   SECTION("an unknown workload id lists the known ones") {
     const std::string path = write_valid_file(dir, inputs);

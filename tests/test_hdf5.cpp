@@ -448,6 +448,60 @@ TEST_CASE("hdf5: copy a group with its datasets and attributes to another file",
         std::vector<H5Z_filter_t>{H5Z_FILTER_SHUFFLE, H5Z_FILTER_DEFLATE});
 }
 
+TEST_CASE("hdf5: dimension scales name the axes, also in a copy to another file", "[hdf5]") {
+  ScratchDir dir;
+  const std::string part_path = dir.file("part.h5"), merged_path = dir.file("merged.h5");
+  {
+    File part = File::create(part_path);
+    part.write("/runs/r1/metrics/per_head", random_tensor<double>({4}, 1));
+    part.write("/runs/r1/metrics/per_chunk", random_tensor<float>({2, 4, 9}, 2));
+    part.set_dimensions("/runs/r1/metrics/per_head", {"head"});
+    part.set_dimensions("/runs/r1/metrics/per_chunk", {"batch", "head", "chunk"});
+    CHECK(part.dimensions("/runs/r1/metrics/per_chunk") ==
+          std::vector<std::string>{"batch", "head", "chunk"});
+    CHECK(part.is_dimension_scale("/runs/r1/metrics/head"));
+    CHECK_FALSE(part.is_dimension_scale("/runs/r1/metrics/per_head"));
+    CHECK(part.read<int32_t>("/runs/r1/metrics/chunk").values() ==
+          std::vector<int32_t>{0, 1, 2, 3, 4, 5, 6, 7, 8});
+    part.write("/runs/r1/metrics/other", random_tensor<double>({5}, 3));
+    CHECK_THROWS_WITH(part.set_dimensions("/runs/r1/metrics/other", {"head"}), Catch::Contains("length 5"));
+    CHECK_THROWS_WITH(part.set_dimensions("/runs/r1/metrics/other", {"a", "b"}), Catch::Contains("rank 1"));
+  }
+  {
+    const File part = File::open(part_path);
+    File merged = File::create(merged_path);
+    merged.create_group("/other");  // the copy lands at other addresses than in the part
+    merged.write("/other/padding", random_tensor<float>({1000}, 4));
+    merged.copy_from(part, "/runs/r1", "/runs/r1");
+    // A dataset copied alone brings the scales it uses.
+    merged.copy_from(part, "/runs/r1/metrics/per_chunk", "/single/per_chunk");
+  }
+  const File merged = File::open(merged_path);
+  CHECK(merged.dimensions("/runs/r1/metrics/per_chunk") ==
+        std::vector<std::string>{"batch", "head", "chunk"});
+  CHECK(merged.dimensions("/runs/r1/metrics/per_head") == std::vector<std::string>{"head"});
+  CHECK(merged.dimensions("/single/per_chunk") == std::vector<std::string>{"batch", "head", "chunk"});
+  CHECK(merged.is_dimension_scale("/single/chunk"));
+}
+
+TEST_CASE("hdf5: config text becomes numbers, arrays of numbers and 0/1 booleans", "[hdf5]") {
+  CHECK(std::get<int64_t>(attr_value_from_text("64")) == 64);
+  CHECK(std::get<double>(attr_value_from_text("0.29")) == 0.29);
+  CHECK(std::get<int64_t>(attr_value_from_text("true")) == 1);
+  CHECK(std::get<int64_t>(attr_value_from_text("false")) == 0);
+  CHECK(std::get<std::vector<int64_t>>(attr_value_from_text("10 50 90")) == std::vector<int64_t>{10, 50, 90});
+  CHECK(std::get<std::vector<double>>(attr_value_from_text("1 0.5")) == std::vector<double>{1, 0.5});
+  CHECK(std::get<std::string>(attr_value_from_text("head_budget")) == "head_budget");
+  CHECK(std::get<std::string>(attr_value_from_text("10 fifty")) == "10 fifty");
+  ScratchDir dir;
+  File file = File::create(dir.file("a.h5"));
+  file.create_group("/g");
+  file.set_attr("/g", "depths", attr_value_from_text("10 50 90"));
+  file.set_attr("/g", "decay", attr_value_from_text("0.25 2"));
+  CHECK(file.attrs("/g") ==
+        std::map<std::string, std::string>{{"decay", "[0.25, 2]"}, {"depths", "[10, 50, 90]"}});
+}
+
 TEST_CASE("hdf5: atomic writes appear complete or not at all", "[hdf5]") {
   ScratchDir dir;
   const std::string path = dir.file("experiment.h5");

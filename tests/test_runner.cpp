@@ -11,6 +11,7 @@
 #include "analysis/metrics.h"
 #include "analysis/tables.h"
 #include "core/hdf5_file.h"
+#include "data/file_workload.h"
 #include "experiments/runner.h"
 #include "support/scratch_dir.h"
 
@@ -46,7 +47,7 @@ selector.rho = 0.25, 0.5
 
 }  // namespace
 
-TEST_CASE("a sweep writes schema v1 and reruns nothing", "[runner]") {
+TEST_CASE("a sweep writes the current schema version and reruns nothing", "[runner]") {
   ScratchDir dir;
   const std::string out = (dir.path / "exp.h5").string();
   const Experiment exp = parse_experiment(kSweep, {});
@@ -59,7 +60,9 @@ TEST_CASE("a sweep writes schema v1 and reruns nothing", "[runner]") {
   CHECK(log.str().find("[10/10]") != std::string::npos);
 
   const h5::File f = h5::File::open(out);
-  CHECK(f.attr_int("/", "schema_version") == 1);
+  CHECK(f.attr_int("/", "schema_version") == kSchemaVersion);
+  CHECK(f.dimensions("/runs/" + f.children("/runs").at(0) + "/events/mask") ==
+        std::vector<std::string>{"batch", "head", "chunk"});
   const std::vector<std::string> runs = f.children("/runs");
   REQUIRE(runs.size() == 10);
   const std::string wid = f.children("/workloads").at(0);
