@@ -13,6 +13,8 @@
 //   5. recurrence    recurrence_tc.cu (32 columns), recurrence_wg.cu (64 columns), fallback_fp32.cu:
 //                                    per (sequence, value head, V tile) the carried state visits selected
 //                                    events only, decaying in between; a snapshot after each event
+//   5'. or, for long lone sparse chains, context parallelism: segments.cu (the segments, the combine) and
+//                    recurrence_tc.cu (phase 1: segments' transitions and local states; phase 3: replays)
 //   6. outputs       outputs_tc.cu, fallback_fp32.cu: per (group, value head) from the group's start state,
 //                                    the dense chunk step over its chunks (SPEC §6), beside the recurrence
 //   5+6. one pass    fused.cu        the dense selector's recurrence and outputs together (packed batches)
