@@ -87,9 +87,12 @@ Fused fused_form(const Problem& p, int multiprocessors, int columns) {
 double event_bound(const Problem& p) {
   return p.selector == SelectorKind::threshold ? 1.0 : p.rho;
 }
-// Context parallelism pays where a lone chain is the forward's critical path: the busiest chain must be able
-// to hold this many segments.
-constexpr double kCpMinSegments = 2;
+// Context parallelism's costs in events of the busiest chain (1.04 µs each at 32K, H100): the output stage,
+// which runs after the replays instead of beside the chain, per (chunk, value head) (alone 0.344 ms at 32K
+// on the H200, ~0.44 on the H100, over 512 x 32), and the combine per segment (a 128 x 128 x 32 fp32
+// product, ~3 µs).
+constexpr double kCpOutputEvents = 0.025;
+constexpr double kCpCombineEvents = 3;
 constexpr int64_t kCpMinEvents = 16;
 }  // namespace
 
@@ -106,8 +109,14 @@ CpPlan cp_plan(const Problem& p, int multiprocessors) {
   int64_t events =
       std::max(kCpMinEvents, int64_t(std::ceil(8 * head_events / (2.0 * std::max(multiprocessors, 1)))));
   if (p.segment_events > 0) events = p.segment_events;
-  if (p.context_parallel == CP::automatic && (recurrence_tc_blocks(p) > multiprocessors ||
-                                              chain_bound(p) * double(chunks) < kCpMinSegments * events))
+  // Automatic: where the chain blocks fill no more than the machine (a lone sequence's chains are its
+  // critical path) and the busiest chain the selector allows outlasts phase 1, the combine, phase 3 and the
+  // output stage that no longer runs beside it.
+  const double busiest = chain_bound(p) * double(chunks);
+  const double with_cp = 2.0 * double(events) + kCpCombineEvents * busiest / double(events) +
+                         kCpOutputEvents * double(p.max_chunks()) * p.v_heads;
+  if (p.context_parallel == CP::automatic &&
+      (recurrence_tc_blocks(p) > multiprocessors || busiest <= with_cp))
     return {};
   return {int(std::min<int64_t>(events, chunks + 1)), int((chunks + events - 1) / events)};
 }
