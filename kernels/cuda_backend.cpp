@@ -180,6 +180,11 @@ cuda::Problem make_problem(const Shape& shape, double scale, const EngineConfig&
   p.output_dtype =
       options.output_precision == CudaPrecision::bfloat16 ? cuda::DType::bfloat16 : cuda::DType::float32;
   p.tensor_cores = options.tensor_cores;
+  p.context_parallel =
+      options.context_parallel == CudaContextParallel::on    ? cuda::Problem::ContextParallel::on
+      : options.context_parallel == CudaContextParallel::off ? cuda::Problem::ContextParallel::off
+                                                             : cuda::Problem::ContextParallel::automatic;
+  p.segment_events = options.segment_events;
 
   if (p.selector == cuda::SelectorKind::head_budget)  // the CPU selector's errors (the kernels cannot throw)
     head_budget_plan(p.rho, p.min_per_head, p.max_fraction, num_chunks(shape.tokens, config.chunk),

@@ -10,6 +10,8 @@ namespace sgdn {
 enum class CudaPrecision { float32, bfloat16 };
 CudaPrecision parse_cuda_precision(const std::string& text);  // float32 | bfloat16, else sgdn::Error
 
+enum class CudaContextParallel { automatic, off, on };
+
 struct CudaRunOptions {
   CudaPrecision input_precision = CudaPrecision::float32;  // q, k, v, beta on the device (g stays float32)
   CudaPrecision output_precision = CudaPrecision::float32;
@@ -20,6 +22,11 @@ struct CudaRunOptions {
   std::vector<int64_t> output_tokens;
   // The forward runs this many times on the device; `seconds` is the median GPU time (CUDA events).
   int timing_repeats = 1;
+  // The sparse chain's context parallelism on the tensor-core path (cuda::Problem::context_parallel and
+  // segment_events): the plan's choice, or forced off or on with segments of `segment_events` events (<= 0:
+  // the plan's length).
+  CudaContextParallel context_parallel = CudaContextParallel::automatic;
+  int64_t segment_events = 0;
 };
 
 // True when a CUDA device is present (the GPU tests skip otherwise).

@@ -216,7 +216,9 @@ std::string forward(const Problem& p, const DeviceTensors& t, void* workspace, s
   // 4. selection: the unit mask, expanded to the value heads here, or on the tensor-core path beside the
   // recurrence, which reads the unit mask itself (the expansion and a launch's handoff off the chains' path)
   if (std::string e = launch_selection(p, ws, head_score, stream); !e.empty()) return e;
-  const bool expand_beside = use_tc && !dense;
+  // (Context parallelism reads the expanded mask: its segments are cut from it before the chains start.)
+  const bool context_parallel = plan.cp.events > 0;
+  const bool expand_beside = use_tc && !dense && !context_parallel;
   if (!dense && !expand_beside)
     if (std::string e =
             launch_expand_mask(p, ws, chunk_runs, ws.unit_mask, head_mask, budget, nullptr, nullptr, stream);
@@ -237,6 +239,12 @@ std::string forward(const Problem& p, const DeviceTensors& t, void* workspace, s
     return launch_outputs_fp32(p, out, stream);
   }
   if (plan.fused != tc::Fused::none) return tc::launch_fused(p, plan.fused, rec, out, u_tc, w_tc, stream);
+  // Context parallelism: the output stage after the replays, in stream order (its blocks would otherwise
+  // wait on progress flags that only the heads' last segments publish).
+  if (context_parallel) {
+    if (std::string e = tc::launch_context_parallel(p, plan.cp, ws, rec, maps, stream); !e.empty()) return e;
+    return tc::launch_outputs_tc(p, plan, out, u_tc, w_tc, maps, stream, false);
+  }
   if (std::string e = tc::launch_recurrence_tc(p, plan, rec, u_tc, w_tc, maps, stream); !e.empty()) return e;
   if (expand_beside)
     if (std::string e = launch_expand_mask(p, ws, chunk_runs, ws.unit_mask, head_mask, budget, nullptr,

@@ -69,6 +69,13 @@ struct Problem {
   // Taken only where it applies (bf16 inputs, K = V = 128, C = 64); elsewhere the fp32 path runs.
   // Error against float64 about 3e-3 (bf16 parity bound 1e-2) instead of 1e-6 on bf16-rounded inputs.
   bool tensor_cores = false;
+  // The sparse chain cut into segments of at most `segment_events` selected events, summarised, combined
+  // and replayed in parallel (context parallelism, tensor-core path, sparse selector, G = 1): `automatic`
+  // where the plan expects it to pay, else as set (the tests force it); segment_events <= 0: the plan's.
+  // C++ only: the C ABI always takes `automatic`.
+  enum class ContextParallel { automatic, off, on };
+  ContextParallel context_parallel = ContextParallel::automatic;
+  int64_t segment_events = 0;
   bool uses_tensor_cores() const {
     return tensor_cores && input_dtype == DType::bfloat16 && key_dim == 128 && value_dim == 128 &&
            chunk == 64;

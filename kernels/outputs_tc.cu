@@ -504,14 +504,14 @@ OutputKernel output_kernel(const Problem& p, const TcPlan& plan) {
 }
 
 std::string launch_outputs_tc(const Problem& p, const TcPlan& plan, const OutputArgs& args, const bf16* u,
-                              const bf16* w, const RecTmaMaps& maps, cudaStream_t stream) {
+                              const bf16* w, const RecTmaMaps& maps, cudaStream_t stream, bool early) {
   // Groups of g = args.G chunks, a sequence's last `tail` one each: at most Σ ceil(n_s / g) + S tail
   // <= (Σ n_s + S (g − 1)) / g + S tail, and never more than Σ n_s <= nmax.
   const int64_t nmax = p.max_chunks(), S = p.num_seqs, g = args.G;
   const int64_t tail = plan.output_run > 1 ? kOutputTail : 0;
   const int64_t groups = std::min<int64_t>(nmax, (nmax + S * (g - 1) + g - 1) / g + S * tail);
   const OutputKernel k = output_kernel(p, plan);
-  return launch_kernel(k.name, k.kernel, dim3(unsigned(groups * p.v_heads)), k.threads, k.smem, stream, true,
+  return launch_kernel(k.name, k.kernel, dim3(unsigned(groups * p.v_heads)), k.threads, k.smem, stream, early,
                        args, u, w, maps);
 }
 

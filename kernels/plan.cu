@@ -3,6 +3,8 @@
 // throughput.
 #include <cuda_runtime_api.h>
 
+#include <algorithm>
+#include <cmath>
 #include <string>
 
 #include "kernels/common/launch.h"
@@ -81,11 +83,49 @@ Fused fused_form(const Problem& p, int multiprocessors, int columns) {
     return Fused::none;
   return tc::recurrence_tc_blocks(p, 64) > multiprocessors ? Fused::two_warpgroups : Fused::warp_specialised;
 }
+// The share of a sequence's head-events that the selector keeps at most (threshold: all of them).
+double event_bound(const Problem& p) {
+  return p.selector == SelectorKind::threshold ? 1.0 : p.rho;
+}
+// Context parallelism's costs in events of the busiest chain (1.04 µs each at 32K, H100): the output stage,
+// which runs after the replays instead of beside the chain, per (chunk, value head) (alone 0.344 ms at 32K
+// on the H200, ~0.44 on the H100, over 512 x 32), and the combine per segment (a 128 x 128 x 32 fp32
+// product, ~3 µs).
+constexpr double kCpOutputEvents = 0.025;
+constexpr double kCpCombineEvents = 3;
+constexpr int64_t kCpMinEvents = 16;
 }  // namespace
+
+CpPlan cp_plan(const Problem& p, int multiprocessors) {
+  using CP = Problem::ContextParallel;
+  if (!p.uses_tensor_cores() || p.selector == SelectorKind::dense || p.group != 1 ||
+      p.context_parallel == CP::off)
+    return {};
+  const int64_t chunks = (p.total_tokens + p.chunk - 1) / p.chunk;  // a sequence's chunks, at most
+  // Phase 1 runs 8 column tiles (the local state's 4, the transition's 4) per L_e events of a cut head, two
+  // blocks per multiprocessor: L_e = ⌈8 E / (2 SMs)⌉, E the selector's bound on the head-events, keeps it in
+  // about one wave.
+  const double head_events = event_bound(p) * double(p.max_chunks()) * p.v_heads;
+  int64_t events =
+      std::max(kCpMinEvents, int64_t(std::ceil(8 * head_events / (2.0 * std::max(multiprocessors, 1)))));
+  if (p.segment_events > 0) events = p.segment_events;
+  // Automatic: where the chain blocks fill no more than the machine (a lone sequence's chains are its
+  // critical path) and the busiest chain the selector allows outlasts phase 1, the combine, phase 3 and the
+  // output stage that no longer runs beside it.
+  const double busiest = chain_bound(p) * double(chunks);
+  const double with_cp = 2.0 * double(events) + kCpCombineEvents * busiest / double(events) +
+                         kCpOutputEvents * double(p.max_chunks()) * p.v_heads;
+  if (p.context_parallel == CP::automatic &&
+      (recurrence_tc_blocks(p) > multiprocessors || busiest <= with_cp))
+    return {};
+  return {int(std::min<int64_t>(events, chunks + 1)), int((chunks + events - 1) / events)};
+}
 
 TcPlan tc_plan(const Problem& p, int multiprocessors) {
   TcPlan t;
-  t.rec_columns = recurrence_columns(p, multiprocessors);
+  t.cp = cp_plan(p, multiprocessors);
+  // (Context parallelism's phases are 32-column blocks; the tensor maps' U boxes follow rec_columns.)
+  t.rec_columns = t.cp.events > 0 ? 32 : recurrence_columns(p, multiprocessors);
   t.fused = fused_form(p, multiprocessors, t.rec_columns);
   t.stages = recurrence_stages(p, multiprocessors, t.rec_columns);
   t.output_run = output_run(p, multiprocessors);

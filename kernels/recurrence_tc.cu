@@ -67,10 +67,12 @@ constexpr size_t rec_smem_bytes() {
 // them. The 2-stage block (the dense selector's at B = 1) has to stay at 88 registers or fewer, so that a
 // dense output block fits beside it (see output_wg_kernel): at 89, with one more 64-bit index live across
 // the event loop, it did not.
-template <int NS>
-__global__ void __launch_bounds__(8 * 32 + 32, 0)
-    recurrence_tc_kernel(RecurrenceArgs a, bf16* u_all, const bf16* w_all,
-                         const __grid_constant__ RecTmaMaps tma) {
+// CP: a block of context parallelism's phase 1 or 3 (CpArgs), whose place is (sequence, value head, segment,
+// tile): 8 tiles in phase 1, the last 4 of them the transition's columns (from the identity, without U), and
+// 4 in phase 3; a block with nothing to do in its phase leaves at once.
+template <int NS, bool CP>
+__device__ __forceinline__ void recurrence_tc_block(const RecurrenceArgs& a, const CpArgs& cp,
+                                                    const RecTmaMaps& tma) {
   constexpr int VT = 32, NW = 8;  // columns, math warps
   // NW math warps and one producer warp, whose first thread issues the copies (in and out) and waits for
   // them; the math warps' path through an event has no copy instructions in it.
@@ -82,7 +84,35 @@ __global__ void __launch_bounds__(8 * 32 + 32, 0)
   // together, so that they run in the same wave when a packed batch has more blocks than fit at once, and the
   // later ones find W and K in L2.
   wait_for_previous_grid();  // the selection (and the pre-pass before it) complete
-  const ChainPlace place = chain_place<kTiles>(a);
+  // Context parallelism: this block's segment `seg` of its head's `segments`, its chunks, and what it is.
+  int64_t seg = 0;
+  int segments = 1;
+  ChainSpan span{};
+  bool m_tile = false;  // the transition's columns: from the identity, no U
+  ChainPlace place;
+  if constexpr (CP) {
+    const int tiles = cp.phase == 1 ? 2 * kTiles : kTiles;
+    const int per_head = cp.phase == 1 ? cp.max_segments : cp.max_segments - 1;
+    const int tile8 = int(blockIdx.x % unsigned(tiles));
+    unsigned rest = blockIdx.x / unsigned(tiles);
+    seg = int64_t(rest % unsigned(per_head)) + (cp.phase == 1 ? 0 : 1);
+    rest /= unsigned(per_head);
+    const int hv_ = int(rest % unsigned(a.HV));
+    const int64_t s_ = rest / unsigned(a.HV);
+    segments = cp.seg_count[s_ * a.HV + hv_];
+    m_tile = tile8 >= kTiles;
+    const bool runs =
+        cp.phase == 1 ? (seg == 0 && !m_tile) || (seg >= 1 && seg + 2 <= segments) : seg < segments;
+    if (!runs) return;  // block-uniform, before any barrier
+    place = chain_place_of(a, s_, hv_, tile8 % kTiles);
+    const int32_t* first = cp.seg_first + (s_ * a.HV + hv_) * (cp.max_segments + 1);
+    span = ChainSpan{first[seg], first[seg + 1], seg == 0};
+  } else {
+    place = chain_place<kTiles>(a);
+  }
+  // A phase-1 block past segment 0 writes no snapshots; a phase-3 block writes its segment's.
+  const bool writes = !CP || cp.phase == 3 || seg == 0;
+  const bool last = !CP || seg + 1 == segments;  // the head's last segment: final state, count, progress
   const int64_t s = place.s, slot_base = place.slot_base;
   const int hv = place.hv, tile = place.tile;
   const int col0 = tile * VT;
@@ -109,16 +139,23 @@ __global__ void __launch_bounds__(8 * 32 + 32, 0)
   // two changes of v43 together measured ~1.5 % slower at 128K dense, whose 2-stage copies have one event's
   // lead.)
   constexpr int kPublisher = NS > 2 ? kProducer : 0;
-  Publisher<kFlags, kPublisher> publish{a.progress +
-                                        progress_flag_index(s, a.HV, hv, kVTiles, tile * kFlags)};
+  // (A segment that is not its head's last publishes where no one reads: the output stage runs after the
+  // replays and reads the last segment's flags, the only ones that must reach the chain's end.)
+  Publisher<kFlags, kPublisher> publish{
+      last && !m_tile ? a.progress + progress_flag_index(s, a.HV, hv, kVTiles, tile * kFlags) : cp.sink};
 
   // State registers: st[mt][nt][r] at row 16 (kMT w + mt) + gq + 8(r>>1), column col0 + 8nt + 2tq + (r&1).
+  // The start: S0, or with CP in phase 1 S0 (segment 0), zero (the local state) or the identity (the
+  // transition), in phase 3 the segment's start from the combine.
+  const float* start = a.initial_state ? a.initial_state + (s * a.HV + hv) * kD * V : nullptr;
+  if constexpr (CP)
+    if (seg > 0) start = cp.phase == 3 ? cp.local + cp_block(s, a.HV, hv, cp.max_segments, seg - 1) : nullptr;
   float st[kMT][VT / 8][4];
   for (int mt = 0; mt < kMT; ++mt)
     for (int nt = 0; nt < VT / 8; ++nt)
       for (int r = 0; r < 4; ++r) {
         const int d = (warp * kMT + mt) * 16 + gq + (r >> 1) * 8, col = col0 + nt * 8 + tq * 2 + (r & 1);
-        st[mt][nt][r] = math && a.initial_state ? a.initial_state[((s * a.HV + hv) * kD + d) * V + col] : 0.f;
+        st[mt][nt][r] = m_tile ? float(math && d == col) : math && start ? start[d * V + col] : 0.f;
       }
   // Snapshot `slot` from Sb (bf16(S), written, fenced for the async proxy and made visible by a barrier):
   // one tensor copy (128 rows x VT columns) issued by the producer thread, which waits for its read of Sb
@@ -128,7 +165,7 @@ __global__ void __launch_bounds__(8 * 32 + 32, 0)
   // thread stored 16-byte pieces read from Sb, kMT VT / 16 loads and stores per thread and event: 0.655 →
   // 0.590 ms of a 32K sparse chain without them; one bulk copy per row, 128 per event, made it 0.93.)
   auto write_snapshot = [&](int64_t slot) {
-    if (threadIdx.x != kProducer) return;
+    if (threadIdx.x != kProducer || !writes) return;
     tma_store_2d(&tma.snap, col0, int((slot_base + slot) * kD), sm.sb);
     bulk_commit();
   };
@@ -165,10 +202,10 @@ __global__ void __launch_bounds__(8 * 32 + 32, 0)
     uint64_t* bar = &sm.full[buf];
     const int64_t slot_id = (seq_chunk0 + c) * a.HV + hv;
     const int row = int(slot_id * kC), token = int(seq_t0 + c * kC);
-    mbar_expect_bytes(bar, kRecStageBytes<VT>);
+    mbar_expect_bytes(bar, kRecStageBytes<VT> - (m_tile ? uint32_t(sizeof(bf16) * kC * VT) : 0u));
     tma_load_tile(st_.w, &tma.w, row, bar);
     tma_load_tile(st_.k, &tma.k, h, token, bar);
-    tma_load_2d(st_.u, &tma.u, col0, row, bar);
+    if (!m_tile) tma_load_2d(st_.u, &tma.u, col0, row, bar);
     bulk_load(st_.gam, a.gamma + slot_id * kC, sizeof(float) * kC, bar);
   };
   // Every thread waits for a stage's copies itself, by the parity of the stage's use.
@@ -195,13 +232,13 @@ __global__ void __launch_bounds__(8 * 32 + 32, 0)
     fence_proxy_async();  // before the stage's next copies overwrite them
   };
 
-  int64_t slot = 0;
+  int64_t slot = seg * (CP ? cp.events : 0);  // the events before the segment
   // Chunks [0, safe_upto) have their snapshots' copies issued in an earlier event than the current one.
   int64_t safe_upto = 0;
   float sb_scale = 1.f;  // the state is sb_scale x the state that Sb holds (skipped chunks since the event)
   const float pending = for_each_event<NS>(
       a, sm.mask, sm.decay, place, publish, fetch, wait, write_snapshot, drain,
-      tile == 0 ? a.snapshot_chunk + slot_base : nullptr,
+      tile == 0 && writes && !m_tile ? a.snapshot_chunk + slot_base : nullptr,
       // The skipped chunks' decay into the state; Sb (the last event's snapshot, not yet copied out) stays,
       // and the next event's W Sb is scaled by it instead (W (e^p S) = e^p (W S), rounded differently: the
       // product of bf16(S) scaled in fp32, not the product of bf16(e^p S)). (Until v38 Sb was rewritten here
@@ -249,7 +286,8 @@ __global__ void __launch_bounds__(8 * 32 + 32, 0)
 #pragma unroll
           for (int j = 0; j < VT / 8; ++j) {
             at[half][j] = swz_u<VT>(row, j * 8 + tq * 2);
-            uu[half][j] = unpack_bf16(*reinterpret_cast<const uint32_t*>(cs.u + at[half][j]));
+            uu[half][j] = m_tile ? float2{0.f, 0.f}
+                                 : unpack_bf16(*reinterpret_cast<const uint32_t*>(cs.u + at[half][j]));
           }
         }
         if constexpr (NS == 2) flush_snapshot();
@@ -296,21 +334,52 @@ __global__ void __launch_bounds__(8 * 32 + 32, 0)
         store_sb();
         sb_scale = 1.f;
       },
-      slot);
-  if (a.final_state && math) {
+      slot, CP ? span : ChainSpan{0, place.n, true});
+  // The end state: the final state (a head's last segment), else in phase 1 the segment's local state
+  // (segment 0's: segment 1's start) or its transition.
+  float* end_state = last && a.final_state ? a.final_state + (s * a.HV + hv) * kD * V : nullptr;
+  if constexpr (CP)
+    if (!last && cp.phase == 1)
+      end_state = (m_tile ? cp.transition : cp.local) + cp_block(s, a.HV, hv, cp.max_segments, seg);
+  if (end_state && math) {
     const float carried = exp_ftz(pending);
     for (int mt = 0; mt < kMT; ++mt)
       for (int nt = 0; nt < VT / 8; ++nt)
         for (int half = 0; half < 2; ++half) {
           const int d = (warp * kMT + mt) * 16 + gq + half * 8, col = col0 + nt * 8 + tq * 2;
-          *reinterpret_cast<float2*>(a.final_state + ((s * a.HV + hv) * kD + d) * V + col) =
+          *reinterpret_cast<float2*>(end_state + d * V + col) =
               make_float2(st[mt][nt][2 * half] * carried, st[mt][nt][2 * half + 1] * carried);
         }
   }
-  if (tile == 0 && threadIdx.x == 0) a.snapshot_count[s * a.HV + hv] = int32_t(slot + 1);
+  if (last && tile == 0 && threadIdx.x == 0) a.snapshot_count[s * a.HV + hv] = int32_t(slot + 1);
+}
+template <int NS>
+__global__ void __launch_bounds__(8 * 32 + 32, 0)
+    recurrence_tc_kernel(RecurrenceArgs a, bf16*, const bf16*, const __grid_constant__ RecTmaMaps tma) {
+  recurrence_tc_block<NS, false>(a, CpArgs{}, tma);
+}
+// Context parallelism's phases 1 and 3, 2 stages: two blocks per multiprocessor, the phases' blocks many.
+constexpr int kCpStages = 2;
+__global__ void __launch_bounds__(8 * 32 + 32, 0)
+    recurrence_cp_kernel(RecurrenceArgs a, CpArgs cp, const __grid_constant__ RecTmaMaps tma) {
+  recurrence_tc_block<kCpStages, true>(a, cp, tma);
 }
 
 }  // namespace
+
+std::string launch_recurrence_cp(const Problem& p, const RecurrenceArgs& args, const CpArgs& cp,
+                                 const RecTmaMaps& maps, cudaStream_t stream) {
+  // Phase 1: (sequence, value head, segment) x 8 tiles; phase 3: segments 1.. x 4 tiles.
+  const int64_t per_head =
+      cp.phase == 1 ? int64_t(cp.max_segments) * 2 * kVTiles : int64_t(cp.max_segments - 1) * kVTiles;
+  const int64_t blocks = p.num_seqs * p.v_heads * per_head;
+  if (blocks == 0) return {};
+  constexpr size_t smem = rec_smem_bytes<kCpStages, 32>();
+  SGDN_TRY_CUDA(cudaFuncSetAttribute(recurrence_cp_kernel, cudaFuncAttributePreferredSharedMemoryCarveout,
+                                     int(cudaSharedmemCarveoutMaxShared)));
+  return launch_kernel("recurrence_cp_kernel", recurrence_cp_kernel, dim3(unsigned(blocks)), 8 * 32 + 32,
+                       smem, stream, false, args, cp, maps);
+}
 
 RecurrenceKernel narrow_recurrence_kernel(int stages) {
   constexpr const char* kName = "recurrence_tc_kernel";

@@ -13,6 +13,8 @@
 //   5. recurrence    recurrence_tc.cu (32 columns), recurrence_wg.cu (64 columns), fallback_fp32.cu:
 //                                    per (sequence, value head, V tile) the carried state visits selected
 //                                    events only, decaying in between; a snapshot after each event
+//   5'. or, for long lone sparse chains, context parallelism: segments.cu (the segments, the combine) and
+//                    recurrence_tc.cu (phase 1: segments' transitions and local states; phase 3: replays)
 //   6. outputs       outputs_tc.cu, fallback_fp32.cu: per (group, value head) from the group's start state,
 //                                    the dense chunk step over its chunks (SPEC §6), beside the recurrence
 //   5+6. one pass    fused.cu        the dense selector's recurrence and outputs together (packed batches)
@@ -84,12 +86,20 @@ enum class Fused {
   two_warpgroups,    // recurrence_out_wg_kernel: 128 columns on two warpgroups
   warp_specialised,  // recurrence_out_ws_kernel: 64 columns, the chain and the outputs on two warpgroups
 };
+// Context parallelism of the sparse chain (CpArgs): L_e, and the segments a (sequence, value head) can have
+// at most; zero where it does not run.
+struct CpPlan {
+  int events = 0;
+  int max_segments = 0;
+};
+CpPlan cp_plan(const Problem& p, int multiprocessors);
 // The tensor-core path's forms for problem p: forward() launches them, stage_registers reads their registers.
 struct TcPlan {
   int rec_columns = 0;        // V columns per recurrence block: 32 or 64
   Fused fused = Fused::none;  // the one-pass form, if any
   int stages = 0;             // copy stages of the separate recurrence
   int output_run = 1;         // chunks per output block (G = 1)
+  CpPlan cp;                  // context parallelism, where it runs (instead of the separate recurrence)
 };
 TcPlan tc_plan(const Problem& p, int multiprocessors);
 // A sequence's last chunks that the output stage takes one per block where it takes runs (group_split): the
@@ -122,11 +132,20 @@ RecurrenceKernel wide_recurrence_kernel(int stages);
 RecurrenceKernel recurrence_kernel(const TcPlan& plan);
 std::string launch_recurrence_tc(const Problem& p, const TcPlan& plan, const RecurrenceArgs& args, bf16* u,
                                  const bf16* w, const RecTmaMaps& maps, cudaStream_t stream);
+// Context parallelism's phase cp.phase (1 or 3) on 32-column blocks.
+std::string launch_recurrence_cp(const Problem& p, const RecurrenceArgs& args, const CpArgs& cp,
+                                 const RecTmaMaps& maps, cudaStream_t stream);
+
+// ---- segments.cu: context parallelism of the sparse chain, in place of the separate recurrence: the
+// segments cut from the head mask, phase 1, the combine, phase 3 (the output stage after them)
+std::string launch_context_parallel(const Problem& p, const CpPlan& plan, const Workspace& ws,
+                                    const RecurrenceArgs& args, const RecTmaMaps& maps, cudaStream_t stream);
 
 // ---- outputs_tc.cu: the output blocks beside the recurrence
 OutputKernel output_kernel(const Problem& p, const TcPlan& plan);
+// early: beside the recurrence (waiting on its progress flags); else after it in stream order.
 std::string launch_outputs_tc(const Problem& p, const TcPlan& plan, const OutputArgs& args, const bf16* u,
-                              const bf16* w, const RecTmaMaps& maps, cudaStream_t stream);
+                              const bf16* w, const RecTmaMaps& maps, cudaStream_t stream, bool early = true);
 
 // ---- fused.cu: the dense selector's recurrence and outputs in one pass
 std::string launch_fused(const Problem& p, Fused form, const RecurrenceArgs& rec, const OutputArgs& out,

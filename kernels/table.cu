@@ -206,6 +206,16 @@ Workspace carve(const Problem& p, void* base) {
   ws.progress = static_cast<int32_t*>(take(ws.flags_bytes));
   ws.blocks_done = ws.progress ? ws.progress + progress_flags : nullptr;
   ws.records_done = ws.progress ? ws.progress + progress_flags + 1 : nullptr;
+  // Context parallelism's segments, local states and transitions, where the plan runs it on this device.
+  int sms = 0;
+  if (p.uses_tensor_cores() && !tc::multiprocessors(&sms).empty()) sms = 0;
+  const tc::CpPlan cp = tc::cp_plan(p, sms);
+  const size_t heads = S * hv, segments = size_t(cp.max_segments);
+  ws.seg_first = static_cast<int32_t*>(take(cp.events ? heads * (segments + 1) * 4 : 0));
+  ws.seg_count = static_cast<int32_t*>(take(cp.events ? heads * 4 : 0));
+  ws.cp_local = static_cast<float*>(take(cp.events ? heads * segments * K * V * 4 : 0));
+  ws.cp_transition = static_cast<float*>(take(cp.events ? heads * segments * K * K * 4 : 0));
+  ws.cp_sink = static_cast<int32_t*>(take(cp.events ? V / kTcTile * 4 : 0));
   ws.total = offset;
   return ws;
 }

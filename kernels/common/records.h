@@ -100,6 +100,12 @@ struct Workspace {
   int32_t* blocks_done;     // [1] output blocks finished, right after `progress`
   int32_t* records_done;    // [1] mask expansion blocks finished (their group records written), after it
   size_t flags_bytes;       // progress and the two counters, zeroed before each tensor-core recurrence
+  // Context parallelism (CpArgs), where the plan runs it
+  int32_t* seg_first;    // [S, HV, max_segments + 1]
+  int32_t* seg_count;    // [S, HV]
+  float* cp_local;       // [S, HV, max_segments, K, V]
+  float* cp_transition;  // [S, HV, max_segments, K, K]
+  int32_t* cp_sink;      // [V / kTcTile]
   size_t total;
 };
 // The tensor-core recurrence's progress flags: [sequence][value head][V tile], `tiles` = V / kTcTile flags
@@ -201,6 +207,28 @@ struct RecurrenceArgs {
 // dense forwards at B = 1 were 10-14 % slower).
 __device__ __forceinline__ int64_t mask_row(const RecurrenceArgs& a, int64_t ev_base, int hv, int64_t n) {
   return ev_base + int64_t(hv / a.mask_heads - hv) * n;
+}
+
+// Context parallelism of the sparse chain (segments.cu, recurrence_tc.cu): per (sequence, value head) the
+// selected events cut into segments of `events` (the last may hold fewer; a head with no more than `events`
+// is one segment). Phase 1 runs segment 0 from S0 (its snapshots, and its end state: segment 1's start) and,
+// for segments 1 .. n − 2, the local end state from zero and the transition M (the chain over M's columns,
+// from the identity, without U); the combine turns the local states into starts in place; phase 3 replays
+// segments 1 .. n − 1 from their starts, writing the snapshots the sequential chain would.
+struct CpArgs {
+  int phase = 0;                       // 1 or 3
+  int events = 0;                      // L_e
+  int max_segments = 0;                // per (sequence, value head)
+  const int32_t* seg_first = nullptr;  // [S, HV, max_segments + 1]: each segment's first chunk, then n
+  const int32_t* seg_count = nullptr;  // [S, HV]
+  float* local = nullptr;       // [S, HV, max_segments, K, V] fp32: segment j's end state (from zero, then
+                                // after the combine from its true start: segment j + 1's start)
+  float* transition = nullptr;  // [S, HV, max_segments, K, K] fp32: segment j's M
+  int32_t* sink = nullptr;      // [kVTiles]: where the progress of segments that are not a head's last goes
+};
+// The first entry of (sequence s, value head hv, segment j)'s K x K block in CpArgs::local / transition.
+__host__ __device__ __forceinline__ int64_t cp_block(int64_t s, int HV, int hv, int max_segments, int64_t j) {
+  return ((s * HV + hv) * max_segments + j) * kMaxHeadDim * kMaxHeadDim;  // K = V = 128 (tensor cores)
 }
 
 struct OutputArgs {

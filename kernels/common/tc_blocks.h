@@ -13,23 +13,28 @@ namespace cuda {
 namespace detail {
 namespace tc {
 
-// A recurrence block's place: one block per (sequence, value head, V tile of `Tiles`), the tile fastest; its
-// chunks, first snapshot slot and first event index. Read after wait_for_previous_grid().
+// A recurrence block's place: (sequence, value head, V tile); its chunks, first snapshot slot and first event
+// index. Read after wait_for_previous_grid().
 struct ChainPlace {
   int64_t s;
   int hv, tile;
   int64_t n, slot_base, ev_base;
 };
-template <int Tiles>
-__device__ __forceinline__ ChainPlace chain_place(const RecurrenceArgs& a) {
+__device__ __forceinline__ ChainPlace chain_place_of(const RecurrenceArgs& a, int64_t s, int hv, int tile) {
   ChainPlace p;
-  p.tile = int(blockIdx.x % Tiles);
-  p.hv = int(blockIdx.x / Tiles % unsigned(a.HV));
-  p.s = blockIdx.x / Tiles / unsigned(a.HV);
+  p.tile = tile;
+  p.hv = hv;
+  p.s = s;
   p.n = a.chunk_offset[p.s + 1] - a.chunk_offset[p.s];
   p.slot_base = snapshot_slot_base(a.chunk_offset[p.s], p.s, a.HV, p.hv, p.n);
   p.ev_base = int64_t(a.chunk_offset[p.s]) * a.HV + int64_t(p.hv) * p.n;
   return p;
+}
+// One block per (sequence, value head, V tile of `Tiles`), the tile fastest.
+template <int Tiles>
+__device__ __forceinline__ ChainPlace chain_place(const RecurrenceArgs& a) {
+  return chain_place_of(a, blockIdx.x / Tiles / unsigned(a.HV), int(blockIdx.x / Tiles % unsigned(a.HV)),
+                        int(blockIdx.x % Tiles));
 }
 // Chunks [0, upto) have the snapshots their groups start from in memory (each block its columns; the group
 // records that name them are written with the mask): the flags of the block's 32-column parts, `Flags` of
@@ -53,19 +58,25 @@ struct Publisher {
 // next event; up to NS − 1 selected events' copies are in flight (`fetch(buffer, chunk)`), each event's own
 // waited for before it starts (`wait(buffer, copies in flight)`, then a barrier). `event(buffer, chunk, Γ,
 // flush, fetch_next)` computes one event and calls fetch_next() where the next copy is to be issued.
+// The chunks visited are span's [first, end) (a whole chain: [0, n)), the first event's snapshot slot the
+// given `slot` + 1, the start state's snapshot (slot `slot`) written only where span.write_start.
 // Snapshots: `write(slot)` copies Sb to snapshot `slot` (the initial state's first); an event's snapshot is
 // written by the next flush() (the event after it calls it while its first products run: before the next
 // copies in the warpgroup form with more than 2 stages, after them otherwise; before Sb changes in any case),
 // and `chunks` (null but in a head's first block) receives the events' chunks. At the end every chunk is
 // published; `drain()` is called before the barriers that precede those publications (snapshots stored
 // asynchronously complete there). Returns the log decay after the last event; `slot` is then the number of
-// events.
+// events (the given slot plus the span's).
+struct ChainSpan {
+  int64_t first, end;
+  bool write_start;
+};
 template <int NS, class Publish, class Fetch, class Wait, class Write, class Drain, class Rescale,
           class Event>
 __device__ __forceinline__ float for_each_event(const RecurrenceArgs& a, uint8_t* mask, float* decay,
                                                 const ChainPlace& place, Publish& publish, Fetch fetch,
                                                 Wait wait, Write write, Drain drain, int32_t* chunks,
-                                                Rescale rescale, Event event, int64_t& slot) {
+                                                Rescale rescale, Event event, int64_t& slot, ChainSpan span) {
   const int64_t n = place.n;
   int64_t snap_slot = -1;
   int32_t snap_chunk = 0;
@@ -76,14 +87,16 @@ __device__ __forceinline__ float for_each_event(const RecurrenceArgs& a, uint8_t
     }
     snap_slot = -1;
   };
-  write(0);
-  if (chunks && threadIdx.x == 0) chunks[0] = -1;
+  if (span.write_start) {
+    write(slot);
+    if (chunks && threadIdx.x == 0) chunks[slot] = -1;
+  }
   // The next buffer after b + k (b < NS, k < NS): no division.
   auto ring = [](int x) { return x >= NS ? x - NS : x; };
   float pending = 0.f;
   int buf = 0;
-  for (int64_t w0 = 0; w0 < n; w0 += kWindow) {
-    const int wn = int(min_i64(kWindow, n - w0));
+  for (int64_t w0 = span.first; w0 < span.end; w0 += kWindow) {
+    const int wn = int(min_i64(kWindow, span.end - w0));
     flush();
     drain();
     __syncthreads();  // the previous window's mask / decay reads and the snapshot stores are done
@@ -141,8 +154,18 @@ __device__ __forceinline__ float for_each_event(const RecurrenceArgs& a, uint8_t
   flush();
   drain();
   __syncthreads();
-  publish(n);
+  publish(span.end);
   return pending;
+}
+// A whole chain: chunks [0, n), from slot 0 (S0's).
+template <int NS, class Publish, class Fetch, class Wait, class Write, class Drain, class Rescale,
+          class Event>
+__device__ __forceinline__ float for_each_event(const RecurrenceArgs& a, uint8_t* mask, float* decay,
+                                                const ChainPlace& place, Publish& publish, Fetch fetch,
+                                                Wait wait, Write write, Drain drain, int32_t* chunks,
+                                                Rescale rescale, Event event, int64_t& slot) {
+  return for_each_event<NS>(a, mask, decay, place, publish, fetch, wait, write, drain, chunks, rescale, event,
+                            slot, ChainSpan{0, place.n, true});
 }
 // This thread's part of a 128 x 64 state block (columns col0..) as a warpgroup's two accumulators: rows
 // 64 mt + row0 (+ 8), columns col0 + 8 j + 2 tq (+ 1), st[mt][4 j + (i & 1) + 2 (half)], from `from`

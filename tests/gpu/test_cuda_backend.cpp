@@ -322,6 +322,9 @@ struct VarlenCase {
   int32_t first = 0;         // tokens before the first sequence (cu_seqlens[0]): in the batch, in no sequence
   int32_t trailing = 0;      // tokens after the last sequence: in the batch, in no sequence
   bool nan_outside = false;  // q, k, v, g, beta of the tokens in no sequence are NaN (nothing may read them)
+  // The sparse chain's context parallelism (cuda::Problem::context_parallel, segment_events).
+  cuda::Problem::ContextParallel context_parallel = cuda::Problem::ContextParallel::automatic;
+  int64_t segment_events = 0;
 };
 // A packed case on the tensor-core path (bf16 inputs, K = V = 128), checked against SPEC §12's bf16 bound.
 VarlenCase tc_varlen_case(std::vector<int64_t> lengths, int H, int HV) {
@@ -347,11 +350,10 @@ struct TcAgainstCpu {
   EngineResult<float> cpu, gpu;
   int64_t differ = 0;
 };
-TcAgainstCpu run_tc_against_cpu(const Inputs<float>& in, EngineConfig config) {
+TcAgainstCpu run_tc_against_cpu(const Inputs<float>& in, EngineConfig config, CudaRunOptions options = {}) {
   config.keep_snapshots = true;
   TcAgainstCpu r;
   r.cpu = run_cpu(in, config);
-  CudaRunOptions options;
   options.input_precision = CudaPrecision::bfloat16;
   options.tensor_cores = true;
   r.gpu = run_cuda(in, config, options);
@@ -429,6 +431,8 @@ double check_varlen(const VarlenCase& vc) {
   p.input_dtype = vc.bf16 ? cuda::DType::bfloat16 : cuda::DType::float32;
   p.output_dtype = vc.out_bf16 ? cuda::DType::bfloat16 : cuda::DType::float32;
   p.tensor_cores = vc.tensor_cores;
+  p.context_parallel = vc.context_parallel;
+  p.segment_events = vc.segment_events;
   REQUIRE(cuda::check_problem(p).empty());
 
   std::vector<void*> allocations;
@@ -833,6 +837,8 @@ TEST_CASE("CUDA tensor-core outputs beside the recurrence are the same in every 
   options.input_precision = CudaPrecision::bfloat16;
   options.output_precision = CudaPrecision::bfloat16;
   options.tensor_cores = true;
+  // (The plan would cut the first shape's long chains into segments, whose output stage runs after them.)
+  options.context_parallel = CudaContextParallel::off;
   for (const Shape& shape : {make_shape(2, 64 * 600 + 17, 2, 4), make_shape(6, 64 * 50 + 17, 8, 32)}) {
     Inputs<float> in = random_inputs(shape, true, 77);
     round_to_bf16(in);
@@ -862,6 +868,114 @@ TEST_CASE("CUDA tensor-core outputs beside the recurrence are the same in every 
           CHECK(s_count == 0);
         }
       }
+  }
+}
+
+// Context parallelism of the sparse chain (kernels/segments.cu), forced on at small shapes: each (sequence,
+// value head)'s selected events cut into segments of L_e (1 event; a few; a third of the busiest head's;
+// all of them; more than any head has), phase 1's transitions and local states, the combine and the
+// replays. Masks, budgets and the snapshot index must equal those of the sequential chain (CP off) exactly.
+// Where no head is cut (L_e at least the busiest head's events) the outputs, final states and snapshots are
+// the same bits (the same arithmetic in the same order). Where heads are cut, within kCpTolerance
+// (relative, Frobenius): both runs round the state to bf16 as an operand at every event, but a replay
+// starts from the combine's fp32 start where the sequential chain goes on from its registers, so they agree
+// to that rounding, not bit for bit (the float64 reference with the chain's roundings emulated: 2-4e-3
+// between the two on the first case, each 2.3e-3 from float64). The decays are scaled down so that every
+// head carries its state across many chunks: a wrong combine (a start without its transition, the
+// transition transposed, a start one segment off) then moves the states by 5e-2 to 6e-1 there (the same
+// emulation), far outside the tolerance. And against the CPU engine (float64) within the bf16 bound, where
+// the masks agree.
+namespace {
+constexpr double kCpTolerance = 1e-2;
+}  // namespace
+
+TEST_CASE("CUDA context-parallel sparse chain equals the sequential chain", "[gpu][tc][cp]") {
+  struct CpCase {
+    Shape shape;
+    bool initial_state;
+    std::string selector, score;
+    std::map<std::string, std::string> params;
+  };
+  const std::vector<CpCase> cases = {
+      // ragged last chunk, 2 value heads per q/k head, S0; head_budget gives some pairs most of the events
+      {make_shape(1, 64 * 40 + 17, 2, 4), true, "head_budget", "update_norm", {{"rho", "0.29"}}},
+      // two sequences packed, 4 value heads per q/k head, no S0
+      {make_shape(2, 64 * 23 + 5, 1, 4), false, "topk", "survival", {{"rho", "0.5"}}},
+      {make_shape(1, 64 * 30, 2, 2), true, "threshold", "update_norm", {{"tau", "0.5"}}},
+      {make_shape(1, 64 * 27 + 63, 1, 2), true, "stride", "survival", {{"rho", "0.5"}}},
+      {make_shape(1, 64 * 25 + 1, 1, 2), false, "random", "survival", {{"rho", "0.6"}, {"seed", "3"}}},
+  };
+  int index = 0, compared_to_cpu = 0;
+  double worst = 0;
+  for (const CpCase& cs : cases) {
+    Inputs<float> in = random_inputs(cs.shape, cs.initial_state, 600 + uint64_t(index++));
+    for (auto& g : in.g.values()) g *= 0.01f;  // slow decays: states carried across many chunks
+    round_to_bf16(in);
+    Strategies s = make_strategies("block_adjacent", {{"block", "16"}, {"band", "1"}}, cs.score, cs.selector,
+                                   cs.params, 64, 1, Granularity::pair);
+    s.config.keep_snapshots = true;
+    CudaRunOptions options;
+    options.input_precision = CudaPrecision::bfloat16;
+    options.tensor_cores = true;
+    options.context_parallel = CudaContextParallel::off;
+    const EngineResult<float> off = run_cuda(in, s.config, options);
+    const EngineResult<float> cpu = run_cpu(in, s.config);
+    // The busiest (sequence, value head)'s events.
+    const int64_t N = off.event_mask.size() / (cs.shape.batch * cs.shape.v_heads);
+    int64_t most = 0;
+    for (int64_t row = 0; row < cs.shape.batch * cs.shape.v_heads; ++row) {
+      int64_t kept = 0;
+      for (int64_t c = 0; c < N; ++c) kept += off.event_mask[row * N + c];
+      most = std::max(most, kept);
+    }
+    REQUIRE(most >= 6);  // several segments at the shorter lengths
+    for (const int64_t events : {int64_t(1), int64_t(2), int64_t(5), most / 3 + 1, most, most + 7}) {
+      options.context_parallel = CudaContextParallel::on;
+      options.segment_events = events;
+      TcAgainstCpu r;
+      r.gpu = run_cuda(in, s.config, options);
+      r.cpu = cpu;
+      for (int64_t i = 0; i < r.gpu.event_mask.size(); ++i)
+        r.differ += r.gpu.event_mask[i] != r.cpu.event_mask[i];
+      const EngineResult<float>& on = r.gpu;
+      INFO(cs.selector << ", " << cs.shape.batch << " x " << cs.shape.tokens << " tokens, "
+                       << cs.shape.v_heads << " value heads, busiest head " << most << " of " << N
+                       << " events, L_e " << events);
+      REQUIRE(on.event_mask.values() == off.event_mask.values());
+      REQUIRE(on.budget.values() == off.budget.values());
+      REQUIRE(on.snapshot_index.values() == off.snapshot_index.values());
+      if (events >= most) {  // no head cut
+        CHECK(bit_differences(on.o.values(), off.o.values()).first == 0);
+        CHECK(bit_differences(on.final_state.values(), off.final_state.values()).first == 0);
+        CHECK(bit_differences(on.snapshots.values(), off.snapshots.values()).first == 0);
+      }
+      const double err_o = rel_error(on.o, off.o), err_s = rel_error(on.final_state, off.final_state),
+                   err_snap = rel_error(on.snapshots, off.snapshots);
+      std::printf("cp %s L_e %lld (busiest %lld): against CP off o %.3e state %.3e snapshots %.3e\n",
+                  cs.selector.c_str(), (long long)events, (long long)most, err_o, err_s, err_snap);
+      CHECK(err_o <= kCpTolerance);
+      CHECK(err_s <= kCpTolerance);
+      CHECK(err_snap <= kCpTolerance);
+      worst = std::max({worst, err_o, err_s, err_snap});
+      CHECK(double(r.differ) <= 0.05 * double(on.event_mask.size()));  // bf16 scores' near-ties
+      if (r.differ == 0) {
+        check_tc_outputs(r);
+        ++compared_to_cpu;
+      }
+    }
+  }
+  CHECK(compared_to_cpu >= 6);  // every length of at least one case
+  std::printf("cp worst rel err against CP off %.3e (bound %.0e)\n", worst, kCpTolerance);
+  // Sequences of unequal lengths (empty, one token, ragged) packed, each against its own CPU reference.
+  VarlenCase vc = tc_varlen_case({700, 64, 0, 1, 1500, 333}, 2, 4);
+  vc.selector = "head_budget";
+  vc.selector_params = {{"rho", "0.29"}};
+  vc.score = "update_norm";
+  vc.context_parallel = cuda::Problem::ContextParallel::on;
+  for (const int64_t events : {int64_t(1), int64_t(4), int64_t(1000)}) {
+    vc.segment_events = events;
+    const double err = check_varlen(vc);
+    std::printf("cp varlen head_budget L_e %lld: worst rel err %.3e (bound 1e-2)\n", (long long)events, err);
   }
 }
 
@@ -1131,4 +1245,37 @@ TEST_CASE("CUDA inputs uploaded once, query rows, timing repeats", "[gpu][reuse]
   Inputs<float> bad = in;
   bad.g[5] = 0.5f;
   CHECK_THROWS_WITH(CudaInputs(bad, CudaPrecision::float32), Catch::Contains("g"));
+}
+
+// The plan runs context parallelism where a lone sparse chain outlasts what cutting it costs, the output
+// stage included, which runs after the replays instead of beside the chain: at 1 x 128K with 4 value heads
+// (16 chain blocks, the busiest head may hold all 2048 chunks, the outputs cheap); not at the Qwen shape
+// (32 value heads: the outputs alone cost about what the cut saves, 32K and 128K), nor for short chains
+// (topk at rho 0.1), a packed batch or the dense selector. Seen through the workspace, which holds the
+// segments' buffers only where the plan runs it, bounded (at most 64 MiB: the segments' fp32 local states
+// and transitions).
+TEST_CASE("CUDA plan takes context parallelism only where the cut chain pays", "[gpu][tc][cp]") {
+  auto extra = [](cuda::Problem p) {
+    const size_t with = cuda::workspace_bytes(p);
+    p.context_parallel = cuda::Problem::ContextParallel::off;
+    return with - cuda::workspace_bytes(p);
+  };
+  cuda::Problem few_heads = qwen_problem(1, 131072, false);
+  few_heads.qk_heads = 2;
+  few_heads.v_heads = 4;
+  const size_t bytes = extra(few_heads);
+  CHECK(bytes > 0);
+  CHECK(bytes <= size_t(64) << 20);
+  few_heads.selector = cuda::SelectorKind::topk;  // every chain at most 0.1 N events
+  few_heads.rho = 0.1;
+  CHECK(extra(few_heads) == 0);
+  for (const int64_t T : {32768, 131072}) {
+    INFO("1 x " << T);
+    CHECK(extra(qwen_problem(1, T, false)) == 0);
+    CHECK(extra(qwen_problem(1, T, true)) == 0);
+  }
+  CHECK(extra(qwen_problem(4, 32768, false)) == 0);
+  cuda::Problem forced = qwen_problem(4, 32768, false);
+  forced.context_parallel = cuda::Problem::ContextParallel::on;
+  CHECK(extra(forced) > 0);
 }
