@@ -54,12 +54,13 @@ std::string configuration_label(const RunRecord& r) {
 
 }  // namespace
 
-void print_battery_table(std::ostream& out, const std::vector<RunRecord>& runs) {
+std::vector<Table> battery_tables(const std::vector<RunRecord>& runs) {
+  std::vector<Table> tables;
   std::vector<const RunRecord*> needle_runs;
   for (const RunRecord& r : runs)
     if (r.metrics.count("needle_accuracy") && r.metrics.at("needle_accuracy") != "nan")
       needle_runs.push_back(&r);
-  if (needle_runs.empty()) return;
+  if (needle_runs.empty()) return tables;
 
   // The workload keys that vary between the runs name the constructions of runs without a variant.
   std::map<std::string, std::set<std::string>> values_of;
@@ -91,7 +92,7 @@ void print_battery_table(std::ostream& out, const std::vector<RunRecord>& runs) 
     if (r->metrics.count("retention")) c.kept += parse_double("retention", r->metrics.at("retention"));
     c.n += 1;
   }
-  if (by_construction_overall.size() < 2) return;
+  if (by_construction_overall.size() < 2) return tables;
   // Columns from the easiest construction to the hardest (mean accuracy over every run), so the worst ones
   // sit next to the summary columns.
   std::vector<std::string> constructions;
@@ -151,10 +152,13 @@ void print_battery_table(std::ostream& out, const std::vector<RunRecord>& runs) 
       row.push_back(kept_n ? percent(kept / kept_n) + "%" : "-");
       rows.push_back(row);
     }
-    out << "\nNeedle accuracy (%) per construction, " << shape
-        << " (mean over seeds; worst = the lowest accuracy; gap = dense minus this configuration)\n\n";
-    print_table(out, header, rows);
+    tables.push_back(
+        {"battery_" + std::to_string(tables.size() + 1),
+         "Needle accuracy (%) per construction, " + shape +
+             " (mean over seeds; worst = the lowest accuracy; gap = dense minus this configuration)",
+         header, rows});
   }
+  return tables;
 }
 
 }  // namespace sgdn

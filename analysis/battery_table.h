@@ -8,9 +8,9 @@
 
 namespace sgdn {
 
-// Prints nothing unless the needle runs span at least two constructions. A construction is the run's
-// [variant.NAME] when it has one, else the workload keys (other than the shape and the seed) that differ
-// between the runs. Runs of one configuration, shape and construction (several seeds) are averaged.
-void print_battery_table(std::ostream& out, const std::vector<RunRecord>& runs);
+// One table per shape; none unless the needle runs span at least two constructions. A construction is the
+// run's [variant.NAME] when it has one, else the workload keys (other than the shape and the seed) that
+// differ between the runs. Runs of one configuration, shape and construction (several seeds) are averaged.
+std::vector<Table> battery_tables(const std::vector<RunRecord>& runs);
 
 }  // namespace sgdn

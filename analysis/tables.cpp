@@ -308,6 +308,7 @@ std::vector<Table> analysis_tables(const std::vector<RunRecord>& all_runs, std::
                       {"selector", "rho", "G", "solver", "workload", "range", "per group"},
                       budget_rows});
   }
+  for (Table& battery : battery_tables(runs)) tables.push_back(std::move(battery));
   return tables;
 }
 
@@ -394,7 +395,6 @@ void print_tables(std::ostream& out, const std::vector<Table>& tables, TableForm
       out << "\n";
     }
   }
-  print_battery_table(out, runs);
 }
 
 void print_analysis(std::ostream& out, const std::vector<RunRecord>& runs, std::ostream& warnings,

@@ -44,7 +44,7 @@ TEST_CASE("battery table: accuracy per construction, the worst one and the gap t
       needle_run("dense", "base", 1.0, 1.0, "128"),
       needle_run("dense", "all_long", 1.0, 1.0, "128")};
   std::ostringstream text;
-  print_battery_table(text, runs);
+  print_tables(text, battery_tables(runs), TableFormat::table);
   const std::string out = text.str();
   INFO(out);
   // One table per shape, a column per construction from the easiest to the hardest.
@@ -62,10 +62,8 @@ TEST_CASE("battery table: accuracy per construction, the worst one and the gap t
   std::vector<RunRecord> keyed = {needle_run("dense", "", 1.0, 1.0), needle_run("dense", "", 0.5, 1.0)};
   keyed[1].config["workload.task"] = "multikey";
   std::ostringstream keyed_text;
-  print_battery_table(keyed_text, keyed);
+  print_tables(keyed_text, battery_tables(keyed), TableFormat::table);
   CHECK(keyed_text.str().find("task=multikey") != std::string::npos);
   // One construction: no table.
-  std::ostringstream single;
-  print_battery_table(single, {needle_run("dense", "base", 1.0, 1.0)});
-  CHECK(single.str().empty());
+  CHECK(battery_tables({needle_run("dense", "base", 1.0, 1.0)}).empty());
 }
