@@ -26,6 +26,9 @@ CONFIGS = {
 EXTRA_CONFIGS = {f"sparse-G{G}": dict(CONFIGS["sparse-default"], group=G) for G in (2, 4)}
 EXTRA_CONFIGS.update({f"sparse-cap{f}": dict(CONFIGS["sparse-cap0.4"], max_fraction=f) for f in (0.5, 0.67)})
 EXTRA_CONFIGS["sparse-topk"] = dict(CONFIGS["sparse-default"], selector="topk")
+# Per-head decisions with output windows of 4 chunks: the needle battery's best worst-construction accuracy
+# among the GPU's strategies (experiments/results/needle_selectors_battery_cpu.md).
+EXTRA_CONFIGS["sparse-head-G4"] = dict(CONFIGS["sparse-default"], granularity="head", group=4)
 
 
 class UsageError(ValueError):
