@@ -5,7 +5,7 @@
 namespace sgdn {
 
 #define SGDN_SOLVERS(X) X(exact) X(block_adjacent)
-#define SGDN_SCORES(X) X(update_norm) X(survival) X(peak_write)
+#define SGDN_SCORES(X) X(update_norm) X(survival) X(peak_write) X(isolated_write)
 #define SGDN_SELECTORS(X) X(dense) X(random) X(stride) X(topk) X(head_budget) X(threshold)
 
 #define SGDN_DECLARE(family, Base, name) Registry<Base>::Entry family##_entry_##name();

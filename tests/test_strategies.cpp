@@ -391,3 +391,33 @@ TEST_CASE("survival with skip_own_group leaves out the event's own group", "[sco
   const auto c = run_cpu(in, config_of(skip, kChunk, 1, Granularity::head));
   for (int64_t i = 0; i < a.event_score.size(); ++i) REQUIRE(c.event_score[i] == Approx(a.event_score[i]));
 }
+
+TEST_CASE("isolated_write weights each write by iota = 1 for orthogonal keys and 1 / C for a shared key",
+          "[score]") {
+  // Chunks of 8 tokens; K = 16; keys of norm 1/2, so that iota's normalisation by ‖k_i‖⁴ matters.
+  // peak_write without persistence is the unweighted max_i ‖k̃_i‖ ‖u_i‖.
+  const Shape shape{1, 64, 1, 2, 16, 16};
+  constexpr int64_t chunk = 8;
+  Inputs<double> in = random_inputs(shape, 21, false);
+  auto keys = [&](bool orthogonal) {
+    for (int64_t t = 0; t < shape.tokens; ++t)
+      for (int64_t d = 0; d < shape.key_dim; ++d)
+        in.k[t * shape.key_dim + d] = d == (orthogonal ? t % chunk : 0) ? 0.5 : 0.0;
+  };
+  auto scores = [&](const std::string& name, std::map<std::string, std::string> params) {
+    const auto s = make_strategies("exact", name, "dense", {}, std::move(params));
+    return run_cpu(in, config_of(s, chunk, 1, Granularity::head)).event_score;
+  };
+  for (const bool orthogonal : {true, false}) {
+    keys(orthogonal);
+    const auto peak = scores("peak_write", {{"persistence", "false"}});
+    const auto once = scores("isolated_write", {{"sharpness", "1"}});
+    const auto twice = scores("isolated_write", {{"sharpness", "2"}});
+    const double iota = orthogonal ? 1.0 : 1.0 / chunk;
+    for (int64_t i = 0; i < peak.size(); ++i) {
+      REQUIRE(peak[i] > 0);
+      REQUIRE(once[i] == Approx(iota * peak[i]).epsilon(1e-5));
+      REQUIRE(twice[i] == Approx(iota * iota * peak[i]).epsilon(1e-5));
+    }
+  }
+}
