@@ -10,8 +10,11 @@ import sys
 import pytest
 import torch
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+sys.path.insert(0, os.path.join(HERE, os.pardir, os.pardir, "python", "tests"))
 import sgdn_cuda  # noqa: E402
+from reference import token_recurrence  # noqa: E402  (SPEC §2 in float64, shared with python/tests)
 
 os.environ.setdefault("FLA_FLASH_QLA", "0")
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
@@ -33,25 +36,6 @@ def random_inputs(T, H, HV, K, V, dtype, seed, B=1):
     dev = "cuda"
     q, k, v, beta = (x.to(dev, dtype) for x in (q, k, v, beta))
     return q, k, v, g.to(dev, torch.float32), beta
-
-
-def token_recurrence(q, k, v, g, beta, scale, initial_state=None):
-    """SPEC §2 in float64 on the GPU: S̃ = e^g S; S = S̃ + β k (v − S̃ᵀk)ᵀ; o = scale Sᵀ q."""
-    q, k, v, g, beta = (x.double() for x in (q, k, v, g, beta))
-    B, T, H, K = q.shape
-    HV, V = v.shape[2], v.shape[3]
-    r = HV // H
-    q = q.repeat_interleave(r, dim=2)
-    k = k.repeat_interleave(r, dim=2)
-    S = torch.zeros(B, HV, K, V, dtype=torch.float64, device=q.device) if initial_state is None else initial_state.double().clone()
-    o = torch.empty(B, T, HV, V, dtype=torch.float64, device=q.device)
-    for t in range(T):
-        S = S * torch.exp(g[:, t])[..., None, None]
-        kt = k[:, t]
-        err = v[:, t] - torch.einsum("bhkv,bhk->bhv", S, kt)
-        S = S + torch.einsum("bhk,bhv->bhkv", kt, beta[:, t][..., None] * err)
-        o[:, t] = scale * torch.einsum("bhkv,bhk->bhv", S, q[:, t])
-    return o, S
 
 
 def rel(a, b):
