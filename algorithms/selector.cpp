@@ -3,7 +3,9 @@
 #include <algorithm>
 #include <cstdlib>
 #include <numeric>
+#include <set>
 
+#include "algorithms/score.h"
 #include "core/error.h"
 
 namespace sgdn {
@@ -35,12 +37,19 @@ bool selector_reads_scores(const std::string& name) {
 
 std::string selector_param_text(const std::string& name, const std::map<std::string, std::string>& config) {
   if (!selector_registry().contains(name)) return "";
+  // The score's parameters are "selector.<key>" entries too; a key both register is named once.
+  std::vector<const ParamSpec*> specs;
+  const auto score = config.find("selector.score");
+  if (selector_reads_scores(name) && score != config.end() && score_registry().contains(score->second))
+    for (const ParamSpec& spec : score_registry().entry(score->second).params) specs.push_back(&spec);
+  for (const ParamSpec& spec : selector_registry().entry(name).params) specs.push_back(&spec);
   std::string out;
-  for (const ParamSpec& spec : selector_registry().entry(name).params) {
-    if (spec.key == "rho" || spec.key == "tau") continue;
-    const auto it = config.find("selector." + spec.key);
-    if (it != config.end() && !same_value(it->second, spec.default_value))
-      out += " " + spec.key + "=" + it->second;
+  std::set<std::string> named;
+  for (const ParamSpec* spec : specs) {
+    if (spec->key == "rho" || spec->key == "tau" || !named.insert(spec->key).second) continue;
+    const auto it = config.find("selector." + spec->key);
+    if (it != config.end() && !same_value(it->second, spec->default_value))
+      out += " " + spec->key + "=" + it->second;
   }
   return out;
 }

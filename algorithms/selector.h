@@ -39,9 +39,10 @@ std::vector<int64_t> chunks_by_score(const UnitScores& scores, int64_t unit);
 // not know (a file from a build with other strategies).
 bool selector_reads_scores(const std::string& name);
 
-// " key=value" for each parameter of selector `name` (other than rho and tau, which tables show in their
-// own column) whose value in `config` ("selector.<key>" entries) differs from its registered default: what
-// tells apart runs of one selector in labels and tables. "" for a selector this build does not know.
+// " key=value" for each parameter of selector `name` and of its score (`selector.score`, when the selector
+// reads scores), other than rho and tau, which tables show in their own column, whose value in `config`
+// ("selector.<key>" entries) differs from its registered default: the score's first, then the selector's.
+// What tells apart runs of one selector in labels and tables. "" for a selector this build does not know.
 std::string selector_param_text(const std::string& name, const std::map<std::string, std::string>& config);
 
 // head_budget's numbers for a sequence of n chunks and `units` units: the shared budget round(rho n units),

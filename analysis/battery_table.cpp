@@ -75,6 +75,16 @@ std::vector<Table> battery_tables(const std::vector<RunRecord>& runs) {
     return label.empty() ? std::string("default") : label;
   };
 
+  // Runs of one shape and configuration label that differ in other keys (a solver's block, run.chunk) are
+  // rows of their own, labelled with those keys.
+  std::vector<RunRecord> row_runs;
+  std::vector<std::vector<std::string>> rows_of;
+  for (const RunRecord* r : needle_runs) {
+    row_runs.push_back(*r);
+    rows_of.push_back({shape_label(*r), configuration_label(*r)});
+  }
+  const std::vector<std::string> hidden = keys_differing_within_rows(row_runs, rows_of);
+
   struct Cell {
     double accuracy = 0, kept = 0;
     int n = 0;
@@ -82,12 +92,15 @@ std::vector<Table> battery_tables(const std::vector<RunRecord>& runs) {
   // shape -> configuration -> construction -> mean accuracy
   std::map<std::string, std::map<std::string, std::map<std::string, Cell>>> cells;
   std::map<std::string, Cell> by_construction_overall;  // for the column order
+  std::map<std::string, std::string> extra_of;          // row label -> the keys_text it ends with
   for (const RunRecord* r : needle_runs) {
     const std::string construction = construction_of(*r);
     Cell& overall = by_construction_overall[construction];
     overall.accuracy += parse_double("needle_accuracy", r->metrics.at("needle_accuracy"));
     overall.n += 1;
-    Cell& c = cells[shape_label(*r)][configuration_label(*r)][construction];
+    const std::string extra = keys_text(*r, hidden);
+    extra_of[configuration_label(*r) + extra] = extra;
+    Cell& c = cells[shape_label(*r)][configuration_label(*r) + extra][construction];
     c.accuracy += parse_double("needle_accuracy", r->metrics.at("needle_accuracy"));
     if (r->metrics.count("retention")) c.kept += parse_double("retention", r->metrics.at("retention"));
     c.n += 1;
@@ -116,9 +129,15 @@ std::vector<Table> battery_tables(const std::vector<RunRecord>& runs) {
     for (const std::string& c : present) header.push_back(c);
     for (const char* h : {"worst", "worst construction", "max gap to dense", "largest gap at", "kept"})
       header.push_back(h);
-    auto dense = by_configuration.find("dense");
+    // A row's dense reference: dense with the same extra keys, else the shape's only dense row.
+    std::vector<std::string> dense_rows;
+    for (const auto& entry : by_configuration)
+      if (entry.first == "dense" + extra_of.at(entry.first)) dense_rows.push_back(entry.first);
     std::vector<std::vector<std::string>> rows;
     for (const auto& [configuration, by_construction] : by_configuration) {
+      auto dense = by_configuration.find("dense" + extra_of.at(configuration));
+      if (dense == by_configuration.end() && dense_rows.size() == 1)
+        dense = by_configuration.find(dense_rows[0]);
       std::vector<std::string> row = {configuration};
       double worst = 2, gap = -2, kept = 0;
       int kept_n = 0;

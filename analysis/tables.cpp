@@ -76,30 +76,6 @@ bool averaged_over(const std::string& key) {
          key.compare(0, 5, "dump.") == 0 || key == "run.timing_repeats";
 }
 
-// The keys in which runs that share a row (solver, selector, budget, G) differ otherwise, for example
-// run.chunk: the rows show them, so that such runs are never averaged together.
-std::vector<std::string> keys_differing_within_rows(const std::vector<RunRecord>& runs,
-                                                    const std::vector<std::vector<std::string>>& rows) {
-  std::map<std::vector<std::string>, const RunRecord*> first;
-  std::set<std::string> differing;
-  for (size_t i = 0; i < runs.size(); ++i) {
-    const auto [it, inserted] = first.emplace(rows[i], &runs[i]);
-    if (inserted) continue;
-    for (const RunRecord* a : {&runs[i], it->second})
-      for (const auto& entry : a->config)
-        if (!averaged_over(entry.first) &&
-            value_or(runs[i].config, entry.first, "-") != value_or(it->second->config, entry.first, "-"))
-          differing.insert(entry.first);
-  }
-  return {differing.begin(), differing.end()};
-}
-
-std::string keys_text(const RunRecord& r, const std::vector<std::string>& keys) {
-  std::string text;
-  for (const std::string& key : keys) text += " " + key + "=" + value_or(r.config, key, "-");
-  return text;
-}
-
 // Metrics every run of its configuration writes (SPEC §10): a run without one is reported, not hidden.
 std::vector<std::string> expected_metrics(const RunRecord& r) {
   std::vector<std::string> keys = {"retention", "flops_ratio", "state_bytes", "dense_state_bytes"};
@@ -132,6 +108,28 @@ std::vector<double> read_vector(const h5::File& f, const std::string& path) {
 }
 
 }  // namespace
+
+std::vector<std::string> keys_differing_within_rows(const std::vector<RunRecord>& runs,
+                                                    const std::vector<std::vector<std::string>>& rows) {
+  std::map<std::vector<std::string>, const RunRecord*> first;
+  std::set<std::string> differing;
+  for (size_t i = 0; i < runs.size(); ++i) {
+    const auto [it, inserted] = first.emplace(rows[i], &runs[i]);
+    if (inserted) continue;
+    for (const RunRecord* a : {&runs[i], it->second})
+      for (const auto& entry : a->config)
+        if (!averaged_over(entry.first) &&
+            value_or(runs[i].config, entry.first, "-") != value_or(it->second->config, entry.first, "-"))
+          differing.insert(entry.first);
+  }
+  return {differing.begin(), differing.end()};
+}
+
+std::string keys_text(const RunRecord& r, const std::vector<std::string>& keys) {
+  std::string text;
+  for (const std::string& key : keys) text += " " + key + "=" + value_or(r.config, key, "-");
+  return text;
+}
 
 std::vector<RunRecord> read_runs(const std::string& path) {
   const h5::File f = h5::File::open(path);

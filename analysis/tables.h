@@ -28,6 +28,13 @@ void print_table(std::ostream& out, const std::vector<std::string>& header,
 // `warnings` says.
 std::vector<RunRecord> unique_runs(const std::vector<RunRecord>& runs, std::ostream& warnings);
 
+// The keys (other than the workload's and those that do not change what a run computes) in which runs that
+// share a row differ: rows[i] is run i's row. Tables add them to their labels (keys_text: " key=value" for
+// each, "-" for a key a run lacks), so that such runs are never averaged together.
+std::vector<std::string> keys_differing_within_rows(const std::vector<RunRecord>& runs,
+                                                    const std::vector<std::vector<std::string>>& rows);
+std::string keys_text(const RunRecord& r, const std::vector<std::string>& keys);
+
 // One table of `sgdn analyze`: `name` identifies it in csv and json output, `title` heads it as text.
 struct Table {
   std::string name, title;

@@ -67,3 +67,47 @@ TEST_CASE("battery table: accuracy per construction, the worst one and the gap t
   // One construction: no table.
   CHECK(battery_tables({needle_run("dense", "base", 1.0, 1.0)}).empty());
 }
+
+TEST_CASE("battery and configuration tables keep runs apart that differ only in strategy parameters",
+          "[analysis]") {
+  // Two isolated_write runs that differ only in the score's sharpness, and two head_budget runs that differ
+  // only in the solver's block: rows of their own in each table, each saying what sets it apart.
+  std::vector<RunRecord> runs;
+  for (const char* variant : {"base", "all_long"}) {
+    for (const std::string sharpness : {"2", "6"}) {
+      RunRecord r = needle_run("head_budget", variant, sharpness == "2" ? 0.5 : 1.0, 0.29);
+      r.config["selector.score"] = "isolated_write";
+      r.config["selector.sharpness"] = sharpness;
+      runs.push_back(r);
+    }
+    for (const std::string block : {"64", "128"}) {
+      RunRecord r = needle_run("head_budget", variant, block == "64" ? 0.25 : 0.75, 0.29);
+      r.config["solver.block"] = block;
+      runs.push_back(r);
+    }
+    runs.push_back(needle_run("dense", variant, 1.0, 1.0));
+    runs.back().config["solver.block"] = "64";
+  }
+  for (size_t i = 0; i < runs.size(); ++i) runs[i].id = "r" + std::to_string(i);
+  std::ostringstream battery_text;
+  print_tables(battery_text, battery_tables(runs), TableFormat::table);
+  const std::string battery = battery_text.str();
+  INFO(battery);
+  CHECK(battery.find("| head_budget/isolated_write/pair sharpness=2 rho=0.29") != std::string::npos);
+  CHECK(battery.find("| head_budget/isolated_write/pair sharpness=6 rho=0.29") != std::string::npos);
+  CHECK(battery.find("solver.block=64 ") != std::string::npos);
+  CHECK(battery.find("solver.block=128 ") != std::string::npos);
+  // The gap is to dense with the same extra keys, else to the shape's only dense row.
+  CHECK(battery.find("| dense solver.block=64 ") != std::string::npos);
+  const size_t row = battery.find("| head_budget/update_norm/pair rho=0.29 solver.block=128 ");
+  REQUIRE(row != std::string::npos);
+  CHECK(battery.substr(row, battery.find('\n', row) - row).find("| 25.0             | all_long") !=
+        std::string::npos);
+
+  std::ostringstream warnings, config_text;
+  print_tables(config_text, analysis_tables(runs, warnings), TableFormat::table);
+  const std::string configurations = config_text.str();
+  INFO(configurations);
+  CHECK(configurations.find("| head_budget/isolated_write/pair sharpness=2 ") != std::string::npos);
+  CHECK(configurations.find("| head_budget/isolated_write/pair sharpness=6 ") != std::string::npos);
+}

@@ -169,6 +169,14 @@ TEST_CASE("selector_param_text names the parameters that differ from their defau
   CHECK(selector_param_text("head_budget",
                             {{"selector.min_per_head", "2"}, {"selector.max_fraction", "0.5"}}) ==
         " min_per_head=2 max_fraction=0.5");
+  // The score's parameters too, where the selector reads scores.
+  CHECK(selector_param_text("head_budget", {{"selector.score", "isolated_write"},
+                                            {"selector.sharpness", "2"},
+                                            {"selector.min_per_head", "2"}}) ==
+        " sharpness=2 min_per_head=2");
+  CHECK(
+      selector_param_text("head_budget", {{"selector.score", "isolated_write"}, {"selector.sharpness", "4"}})
+          .empty());
   CHECK(selector_param_text("no_such_selector", {{"selector.x", "1"}}).empty());
 }
 
