@@ -19,6 +19,9 @@ no data for:
                        long-memory heads apart where the per-head state error is stored
   pareto.png           needle accuracy against run time relative to dense, every selector configuration,
                        with the Pareto front (most accuracy for the least time)
+  battery.png          the needle battery (runs of at least two constructions): per shape, each configuration's
+                       accuracy on every construction against the events it kept, a bar under its worst
+                       construction, and the front of the worst-construction accuracy
   solver_cost.png      output error against work for the intra-chunk solvers (every event kept): the cost
                        model's flops relative to the exact dense run, one point per solver and band
 
@@ -28,7 +31,7 @@ import argparse
 import io
 import os
 import sys
-from collections import defaultdict
+from collections import Counter, defaultdict
 
 import h5py
 import matplotlib
@@ -594,6 +597,149 @@ def plot_pareto(runs, out_dir, sel_label):
     save(fig, out_dir, "pareto.png")
 
 
+# ----------------------------------------------------------------------------------------------- plot 5b
+
+# Workload keys that are not part of a needle construction: the shape, the seed and what names a file (as in
+# analysis/battery_table.cpp).
+NOT_CONSTRUCTION = {"workload.kind", "workload.batch", "workload.tokens", "workload.qk_heads", "workload.v_heads",
+                    "workload.key_dim", "workload.value_dim", "workload.seed", "workload.path", "workload.id"}
+SHAPE_KEYS = ("workload.tokens", "workload.qk_heads", "workload.v_heads", "workload.key_dim", "workload.value_dim")
+
+
+def plot_battery(runs, out_dir, sel_label):
+    """The needle battery: per shape, each configuration's accuracy on every construction (colour) against the
+    events it kept, a bar under its worst construction, and the front of the worst (the best worst-construction
+    accuracy for at most that many events kept)."""
+    runs = [r for r in runs if "needle_accuracy" in r["m"] and np.isfinite(float(r["m"]["needle_accuracy"]))
+            and "retention" in r["m"]]
+    values_of = defaultdict(set)
+    for r in runs:
+        for key, value in r["a"].items():
+            if key.startswith("workload.") and key not in NOT_CONSTRUCTION:
+                values_of[key].add(str(value))
+    varying = sorted(k for k, v in values_of.items() if len(v) > 1)
+
+    def construction(r):  # the run's variant, else the workload keys that differ between runs
+        if "variant" in r["a"]:
+            return str(r["a"]["variant"])
+        return " ".join(f"{k[9:]}={r['a'].get(k)}" for k in varying) or "default"
+
+    def shape(r):
+        a = r["a"]
+        return tuple(int(a.get(k, 0)) for k in SHAPE_KEYS)
+
+    several_solvers = len({solver_label(r) for r in runs}) > 1
+
+    def configuration(r):
+        label = "dense" if is_dense(r) else " ".join(x for x in (sel_label(r), budget_text(r)) if x)
+        group = int(r["a"].get("run.group", 1))
+        return label + (f" G={group}" if group > 1 else "") + (f" {solver_label(r)}" if several_solvers else "")
+
+    constructions = {construction(r) for r in runs}
+    if len(constructions) < 2:
+        print("plot.py: needle runs of fewer than two constructions: skipping battery.png")
+        return
+    cells = defaultdict(lambda: [[], []])  # (shape, configuration, construction) -> accuracies, kept
+    for r in runs:
+        cell = cells[(shape(r), configuration(r), construction(r))]
+        cell[0].append(float(r["m"]["needle_accuracy"]))
+        cell[1].append(float(r["m"]["retention"]))
+    overall = defaultdict(list)
+    for (_, _, c), (acc, _) in cells.items():
+        overall[c].extend(acc)
+    # colours from the easiest construction to the hardest (mean accuracy over every run), as the table's columns
+    order = sorted(constructions, key=lambda c: (-np.mean(overall[c]), c))
+    cmap = plt.get_cmap("tab10" if len(order) <= 10 else "tab20")
+    colours = {c: cmap(i % cmap.N) for i, c in enumerate(order)}
+    configurations = sorted({k[1] for k in cells}, key=lambda c: (c != "dense", c))
+    markers = {c: BUDGET_MARKERS[i % len(BUDGET_MARKERS)] for i, c in enumerate(configurations)}
+    shapes = sorted({k[0] for k in cells})
+    n_cols = min(len(shapes), 2)
+    n_rows = -(-len(shapes) // n_cols)
+    fig, axes = grid(n_rows, n_cols, width=7.4, height=5.2)
+    for ax in axes.ravel()[len(shapes):]:
+        ax.set_visible(False)
+    for ax, sh in zip(axes.ravel(), shapes):
+        points = {}  # configuration -> (kept, {construction: accuracy})
+        for (s, cfg, c), (acc, kept) in cells.items():
+            if s == sh:
+                points.setdefault(cfg, [[], {}])
+                points[cfg][0].extend(kept)
+                points[cfg][1][c] = np.mean(acc)
+        # x is logarithmic (most configurations keep a few tenths, dense keeps all). In a configuration's column,
+        # constructions of equal accuracy sit side by side; columns of configurations that keep about as much
+        # are set apart so that they do not overlap.
+        kept_of = {cfg: np.mean(k) for cfg, (k, _) in points.items()}
+        step = 0.0045  # decades between two points of one accuracy
+        width = {cfg: step * max(Counter(round(a, 3) for a in by_c.values()).values()) for cfg, (_, by_c) in
+                 points.items()}
+        clusters = []
+        for cfg in sorted(points, key=lambda c: kept_of[c]):
+            if clusters and np.log10(kept_of[cfg] / kept_of[clusters[-1][-1]]) < 0.03:
+                clusters[-1].append(cfg)
+            else:
+                clusters.append([cfg])
+        log_x = {}
+        for cluster in clusters:
+            cluster.sort(key=configurations.index)
+            total = sum(width[c] for c in cluster) + 0.04 * (len(cluster) - 1)
+            left = np.mean([np.log10(kept_of[c]) for c in cluster]) - total / 2
+            for cfg in cluster:
+                log_x[cfg] = left + width[cfg] / 2
+                left += width[cfg] + 0.04
+        worst = {}
+        for cfg, (_, by_c) in points.items():
+            by_level = defaultdict(list)
+            for c in sorted(by_c, key=order.index):
+                by_level[round(by_c[c], 3)].append(c)
+            for level, names in by_level.items():
+                for i, c in enumerate(names):
+                    x = 10 ** (log_x[cfg] + (i - (len(names) - 1) / 2) * step)
+                    ax.scatter(x, by_c[c], s=30, marker=markers[cfg], color=colours[c], edgecolors="none",
+                               zorder=3)
+            low = min(by_c.values())
+            worst[cfg] = (kept_of[cfg], low)
+            half = width[cfg] / 2 + step
+            ax.plot([10 ** (log_x[cfg] - half), 10 ** (log_x[cfg] + half)], [low - 0.03] * 2, color="black",
+                    lw=1.6, zorder=4, solid_capstyle="butt")
+        front, best = [], -1.0
+        for kept, acc in sorted(worst.values()):
+            if acc > best:
+                front.append((kept, acc))
+                best = acc
+        if front:
+            ax.step([p[0] for p in front] + [1.0], [p[1] for p in front] + [front[-1][1]], where="post",
+                    color="grey", lw=1, ls="--", zorder=2)
+        ax.set_xscale("log")
+        lo = min(kept_of.values())
+        ax.set_xlim(lo / 1.35, 1.35)
+        ticks = [t for t in (0.02, 0.05, 0.1, 0.15, 0.2, 0.3, 0.5, 0.7, 1.0) if lo / 1.35 <= t <= 1.35]
+        ax.set_xticks(ticks)
+        ax.xaxis.set_major_formatter(matplotlib.ticker.FuncFormatter(lambda v, _: f"{v:g}"))
+        ax.xaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())
+        ax.set_ylim(-0.06, 1.05)
+        ax.grid(alpha=0.3)
+        ax.set_xlabel("fraction of events kept (log scale; mean over the constructions)", fontsize=8)
+        ax.set_ylabel("needle accuracy (mean over seeds)", fontsize=8)
+        ax.set_title("T={} H={} HV={} K={} V={}".format(*sh), fontsize=9)
+    handles = [plt.Line2D([], [], color=colours[c], marker="o", ls="", ms=6) for c in order]
+    labels = list(order)
+    handles.append(plt.Line2D([], [], ls=""))
+    labels.append("")
+    for cfg in configurations:
+        handles.append(plt.Line2D([], [], color="dimgrey", marker=markers[cfg], ls="", ms=6))
+        labels.append(cfg)
+    handles.append(plt.Line2D([], [], color="black", lw=2))
+    labels.append("worst construction (bar under it)")
+    handles.append(plt.Line2D([], [], color="grey", lw=1, ls="--"))
+    labels.append("front of the worst")
+    fig.legend(handles, labels, loc="center left", bbox_to_anchor=(1.0, 0.5), fontsize=8,
+               title="construction (colour, easiest first)\nconfiguration (marker)", title_fontsize=8)
+    fig.suptitle("Needle battery: accuracy per construction against events kept", fontsize=10)
+    fig.tight_layout()
+    save(fig, out_dir, "battery.png")
+
+
 # ----------------------------------------------------------------------------------------------- plot 6
 
 def plot_solver_cost(runs, out_dir, sel_label):
@@ -924,6 +1070,7 @@ def main(argv=None):
     plot_budgets(runs, args.out, sel_label)
     plot_state_error(runs, args.out, sel_label)
     plot_pareto(runs, args.out, sel_label)
+    plot_battery(runs, args.out, sel_label)
     plot_solver_cost(runs, args.out, sel_label)
     return 0
 
